@@ -1,0 +1,287 @@
+"""The conversation buffer: :func:`append` and :class:`ConversationBuffer`.
+
+Both implement the append rules exactly as :mod:`flowmem.plan` decides them
+(MEM-1, 2, 3, 10, 11, 14) plus the window: ``max_messages`` (``None`` =
+unbounded) evicts the oldest entries once, at the end of an append. A tool
+result never outlives the turn that declared it, so the buffer may end up
+holding fewer than ``max_messages``.
+
+Eviction, precisely (every store implements exactly this):
+
+1. Remove the ``count - max_messages`` oldest entries.
+2. An id that a removed turn declared and no remaining turn declares is
+   dead: its result is removed too, wherever it stands.
+3. For every id a removed entry declared or answered, the call is
+   unanswered again if a remaining turn declares it and no result remains.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from .errors import InvalidInput
+from .ids import declared_call_ids, is_healed, result_id
+from .messages import Message, canonical_messages, healed_placeholder, json_copy
+from .plan import (
+    SLOT,
+    AddEntry,
+    AppendPlan,
+    BufferView,
+    HealTurn,
+    NewTurn,
+    PendingCall,
+    ReplacePlaceholder,
+    TurnRef,
+    mentioned_ids,
+    needs_pending,
+    plan_append,
+)
+
+__all__ = ["AppendResult", "ConversationBuffer", "append", "check_max_messages"]
+
+
+class AppendResult:
+    """What an append reports (MEM-14).
+
+    ``count`` is the buffer's size after the append (window applied),
+    ``appended`` how many incoming messages became new entries (dropped
+    duplicates and placeholder replacements count zero; a message added and
+    then evicted by the same append still counts), ``appended_any`` whether
+    that is more than zero. ``messages`` is the buffer after the append; a
+    stateful buffer or store produces it when it is first accessed.
+    """
+
+    __slots__ = ("_load", "_messages", "appended", "count")
+
+    def __init__(self, *, count: int, appended: int, messages: list[Message] | None = None,
+                 load: Callable[[], list[Message]] | None = None) -> None:
+        if messages is None and load is None:
+            raise ValueError("AppendResult needs messages or a loader")
+        self.count = count
+        self.appended = appended
+        self._messages = messages
+        self._load = load
+
+    @property
+    def appended_any(self) -> bool:
+        """``appended > 0``."""
+        return self.appended > 0
+
+    @property
+    def messages(self) -> list[Message]:
+        """The buffer after the append, in the canonical shape."""
+        if self._messages is None:
+            assert self._load is not None
+            self._messages = self._load()
+        return self._messages
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"count", "appended", "appended_any"}`` — the MEM-14 report."""
+        return {"count": self.count, "appended": self.appended,
+                "appended_any": self.appended_any}
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(count={self.count}, appended={self.appended}, "
+                f"appended_any={self.appended_any})")
+
+
+def check_max_messages(max_messages: int | None) -> int | None:
+    """Validate a window size: ``None`` (unbounded) or an int ≥ 1."""
+    if max_messages is None:
+        return None
+    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
+        raise InvalidInput(f"max_messages must be None or an integer >= 1, got {max_messages!r}")
+    return max_messages
+
+
+class _Entry:
+    __slots__ = ("message", "pos")
+
+    def __init__(self, pos: int, message: Message) -> None:
+        self.pos = pos
+        self.message = message
+
+
+def _pos(entry: _Entry) -> int:
+    return entry.pos
+
+
+class ConversationBuffer:
+    """A conversation buffer held in memory, with incremental indexes.
+
+    ``append`` costs O(size of the append + unanswered calls), whatever the
+    buffer's length: results, declarations and unanswered calls are indexed
+    by id (a healing insert into the middle moves list pointers, nothing
+    more). It behaves exactly like :func:`flowmem.append`.
+    """
+
+    def __init__(self, messages: Sequence[Message] = (), *,
+                 max_messages: int | None = None) -> None:
+        self.max_messages = check_max_messages(max_messages)
+        self._entries: list[_Entry] = []
+        self._results: dict[str, _Entry] = {}
+        self._calls: dict[str, list[tuple[int, int]]] = {}
+        self._pending: dict[str, PendingCall] = {}
+        self._next = 0
+        self._load(canonical_messages(list(messages), where="messages"))
+
+    def _load(self, messages: list[Message]) -> None:
+        for message in messages:
+            pos = self._push(message)
+            self._index_result(message)
+            for order, call in enumerate(declared_call_ids(message)):
+                self._calls.setdefault(call, []).append((pos, order))
+        for call in self._calls:
+            self._recompute_pending(call)
+
+    # -- reading -------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[Message]:
+        return iter(self.messages)
+
+    @property
+    def messages(self) -> list[Message]:
+        """A copy of the buffer's messages, oldest first."""
+        return [json_copy(e.message) for e in self._entries]
+
+    def page(self, *, last: int | None = None,
+             before: int | None = None) -> tuple[list[Message], list[int]]:
+        """Up to ``last`` messages (all when ``None``) before position ``before``.
+
+        Returns the messages (copies, oldest first) and their positions.
+        """
+        end = len(self._entries) if before is None else bisect_left(
+            self._entries, before, key=_pos)
+        start = 0 if last is None else max(0, end - last)
+        chosen = self._entries[start:end]
+        return [json_copy(e.message) for e in chosen], [e.pos for e in chosen]
+
+    def view(self, incoming: Sequence[Message]) -> BufferView:
+        """What the planner needs to know about this buffer for ``incoming``."""
+        ids = mentioned_ids(incoming)
+        return BufferView(
+            results={i: is_healed(self._results[i].message) for i in ids if i in self._results},
+            declared={i for i in ids if i in self._calls},
+            pending=list(self._pending.values()) if needs_pending(incoming) else (),
+        )
+
+    # -- appending -----------------------------------------------------------
+    def append(self, incoming: Message | Sequence[Message]) -> AppendResult:
+        """Append one message or a list (all or nothing) and report the delta."""
+        canonical = canonical_messages(incoming)
+        plan = plan_append(self.view(canonical), canonical)
+        self.apply(plan, max_messages=self.max_messages)
+        return AppendResult(count=len(self._entries), appended=plan.appended,
+                            load=lambda: self.messages)
+
+    def apply(self, plan: AppendPlan, *, max_messages: int | None) -> None:
+        """Execute a plan, then the window."""
+        added: dict[int, int] = {}
+        for op in plan.ops:
+            if isinstance(op, AddEntry):
+                added[op.ordinal] = self._add(op)
+            elif isinstance(op, ReplacePlaceholder):
+                self._results[op.call_id].message = op.message
+            elif isinstance(op, HealTurn):
+                self._heal(_resolve(op.turn, added), op.call_ids)
+        if max_messages is not None:
+            self._evict(len(self._entries) - max_messages)
+
+    def _push(self, message: Message) -> int:
+        pos = self._next
+        self._next += SLOT
+        self._entries.append(_Entry(pos, message))
+        return pos
+
+    def _index_result(self, message: Message) -> None:
+        answered = result_id(message)
+        if answered is not None and answered not in self._results:
+            self._results[answered] = self._entries[-1]
+
+    def _add(self, op: AddEntry) -> int:
+        pos = self._push(op.message)
+        if op.answers is not None:
+            self._results[op.answers] = self._entries[-1]
+            self._pending.pop(op.answers, None)
+        for order, call in enumerate(op.declares):
+            self._calls.setdefault(call, []).append((pos, order))
+        for call, order in op.opens:
+            self._pending[call] = PendingCall(call, pos, order)
+        return pos
+
+    def _find(self, pos: int) -> int:
+        index = bisect_left(self._entries, pos, key=_pos)
+        if index == len(self._entries) or self._entries[index].pos != pos:
+            raise LookupError(f"no entry at position {pos}")
+        return index
+
+    def _heal(self, turn: int, call_ids: tuple[str, ...]) -> None:
+        end = self._find(turn)
+        while end + 1 < len(self._entries) and self._entries[end + 1].message["role"] == "tool":
+            end += 1
+        base = self._entries[end].pos
+        for offset, call in enumerate(call_ids, start=1):
+            entry = _Entry(base + offset, healed_placeholder(call))
+            self._entries.insert(end + offset, entry)
+            self._results[call] = entry
+            self._pending.pop(call, None)
+
+    def _evict(self, excess: int) -> None:
+        if excess <= 0:
+            return
+        victims = self._entries[:excess]
+        del self._entries[:excess]
+        cutoff = victims[-1].pos
+        affected: set[str] = set()
+        for victim in victims:
+            answered = result_id(victim.message)
+            if answered is not None and self._results.get(answered) is victim:
+                del self._results[answered]
+                affected.add(answered)
+        for victim in victims:
+            for call in declared_call_ids(victim.message):
+                affected.add(call)
+                remaining = [t for t in self._calls.get(call, ()) if t[0] > cutoff]
+                if remaining:
+                    self._calls[call] = remaining
+                else:
+                    self._calls.pop(call, None)
+                    self._evict_result(call)
+        for call in affected:
+            self._recompute_pending(call)
+
+    def _evict_result(self, call: str) -> None:
+        entry = self._results.pop(call, None)
+        if entry is not None:
+            del self._entries[self._find(entry.pos)]
+
+    def _recompute_pending(self, call: str) -> None:
+        turns = self._calls.get(call)
+        if turns and call not in self._results:
+            pos, order = min(turns)
+            self._pending[call] = PendingCall(call, pos, order)
+        else:
+            self._pending.pop(call, None)
+
+
+def _resolve(turn: TurnRef, added: dict[int, int]) -> int:
+    return added[turn.ordinal] if isinstance(turn, NewTurn) else turn
+
+
+def append(buffer: Sequence[Message], incoming: Message | Sequence[Message], *,
+           max_messages: int | None = None) -> AppendResult:
+    """Append ``incoming`` to ``buffer`` and return the new buffer and the delta.
+
+    Pure: ``buffer`` (a list of message dicts, canonical or provider-flat) is
+    not mutated; ``incoming`` is one message dict or a list of them, validated
+    strictly — an invalid message raises :class:`~flowmem.errors.InvalidMessage`
+    naming its index and field, and nothing is appended.
+    """
+    work = ConversationBuffer(buffer, max_messages=max_messages)
+    result = work.append(incoming)
+    return AppendResult(count=result.count, appended=result.appended,
+                        messages=[e.message for e in work._entries])

@@ -1,0 +1,131 @@
+"""The one error tree of flowmem.
+
+Every error flowmem raises on purpose is a :class:`FlowmemError`. Errors about
+the caller's input also derive from :class:`ValueError` (or :class:`TypeError`
+where the input has the wrong type), so code that already catches the builtin
+errors keeps working. Storage drivers' own exceptions never escape a store:
+they are mapped to :class:`StoreError` subclasses at the store boundary.
+
+::
+
+    FlowmemError
+    ├── InvalidInput (ValueError)
+    │   ├── InvalidMessage          a message that append refuses (index, field)
+    │   │   └── MessageTypeError (TypeError)
+    │   ├── InvalidValue            a memory value that is not JSON
+    │   ├── UnknownScope            a scope name that does not exist
+    │   ├── InvalidStoreURL         a store URL flowmem cannot open
+    │   └── KeyConflict             a key that holds the other kind of data
+    ├── ScopeRefused                an identity scope without an identity (MEM-6, MEM-13)
+    └── StoreError                  the storage backend failed
+        ├── StoreUnavailable        cannot connect / connection lost
+        ├── StoreBusy               the database stayed locked past its timeout
+        ├── SchemaError             the database schema is newer or unusable
+        └── MissingDependency (ImportError)   an optional extra is not installed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "FlowmemError",
+    "InvalidInput",
+    "InvalidMessage",
+    "InvalidStoreURL",
+    "InvalidValue",
+    "KeyConflict",
+    "MessageTypeError",
+    "MissingDependency",
+    "SchemaError",
+    "ScopeRefused",
+    "StoreBusy",
+    "StoreError",
+    "StoreUnavailable",
+    "UnknownScope",
+]
+
+
+class FlowmemError(Exception):
+    """Base class of every error flowmem raises on purpose."""
+
+
+class InvalidInput(FlowmemError, ValueError):
+    """The caller's input is invalid; nothing was changed."""
+
+
+class InvalidMessage(InvalidInput):
+    """A message that ``append`` refuses.
+
+    ``index`` is the position of the offending message in the list it came in
+    (``None`` for a single message) and ``field`` names the offending field.
+    """
+
+    def __init__(self, reason: str, *, index: int | None = None, field: str | None = None,
+                 where: str = "incoming") -> None:
+        self.reason = reason
+        self.index = index
+        self.field = field
+        self.where = where
+        location = where if index is None else f"{where}[{index}]"
+        if field:
+            location = f"{location}.{field}"
+        super().__init__(f"{location}: {reason}")
+
+
+class MessageTypeError(InvalidMessage, TypeError):
+    """A message (or a part of it) has a type flowmem cannot store."""
+
+
+class InvalidValue(InvalidInput):
+    """A memory value is not JSON (or is nested deeper than flowmem stores)."""
+
+
+class UnknownScope(InvalidInput):
+    """A scope name that is not one of flowmem's scopes."""
+
+
+class InvalidStoreURL(InvalidInput):
+    """A store URL with an unknown scheme or unusable parts."""
+
+
+class KeyConflict(InvalidInput):
+    """The key holds a plain value where a conversation was expected, or the reverse."""
+
+
+class ScopeRefused(FlowmemError):
+    """An identity scope (``user``, ``session``) has no real identity to key on.
+
+    Raised by :func:`flowmem.resolve_scope` (MEM-6, MEM-13). It is a refusal,
+    not a fallback: the scope never resolves to the shared bucket ``""``.
+    """
+
+    def __init__(self, scope: str, reason: str) -> None:
+        self.scope = scope
+        self.reason = reason
+        super().__init__(f"scope {scope!r} refused: {reason}")
+
+
+class StoreError(FlowmemError):
+    """The storage backend failed; the operation did not take effect."""
+
+
+class StoreUnavailable(StoreError):
+    """The backend cannot be reached, or the connection was lost mid-operation."""
+
+
+class StoreBusy(StoreError):
+    """The database stayed locked by other writers past its busy timeout."""
+
+
+class SchemaError(StoreError):
+    """The stored schema is newer than this flowmem, or cannot be used."""
+
+
+class MissingDependency(StoreError, ImportError):
+    """An optional dependency is not installed; the message names the extra."""
+
+    def __init__(self, package: str, extra: str) -> None:
+        self.package = package
+        self.extra = extra
+        super().__init__(
+            f"{package} is not installed: pip install 'flowmem[{extra}]'"
+        )

@@ -1,0 +1,106 @@
+"""The one reader of identifiers (MEM-11).
+
+Every rule that needs an id reads it here: deduplication (MEM-1, MEM-2),
+healing (MEM-3), placeholder replacement (MEM-10), normalization (MEM-5),
+text-to-message (MEM-16) and the identity scopes (MEM-6, MEM-13). They share
+one usability check, :func:`usable_id`, so no two rules can disagree about
+what counts as an id.
+
+A call's id is read from ``tool_call_id`` (our normalized spelling) or ``id``
+(the provider-flat spelling), whichever is present and usable. A turn's calls
+are under ``tool_calls`` at the top level or inside ``metadata``. A result's
+id is ``tool_call_id`` at the top level or inside ``metadata``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "call_entries",
+    "call_id",
+    "declared_call_ids",
+    "is_healed",
+    "result_id",
+    "usable_id",
+]
+
+
+def usable_id(value: Any) -> str | None:
+    """Return ``value`` as a usable id, or ``None`` when it is not one.
+
+    A usable id is a string (an ``int`` is cast) that is not blank after
+    trimming and is not ``"0"`` (the spec treats ``"0"`` as no value). A bool
+    is never an id. The result is the trimmed string.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        value = str(value)
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if not text or text == "0":
+        return None
+    return text
+
+
+def _field(message: Mapping[str, Any], name: str) -> Any:
+    """A field read at the top level first, then inside ``metadata``."""
+    value = message.get(name)
+    if value is not None:
+        return value
+    metadata = message.get("metadata")
+    if isinstance(metadata, Mapping):
+        return metadata.get(name)
+    return None
+
+
+def call_entries(message: Mapping[str, Any]) -> list[Any]:
+    """The raw call entries a message declares, in declaration order.
+
+    Only an ``assistant`` message declares calls. Returns ``[]`` when there is
+    no ``tool_calls`` list.
+    """
+    if message.get("role") != "assistant":
+        return []
+    entries = _field(message, "tool_calls")
+    if isinstance(entries, list | tuple):
+        return list(entries)
+    return []
+
+
+def call_id(entry: Any) -> str | None:
+    """The usable id of one declared call entry, from either spelling (MEM-11)."""
+    if not isinstance(entry, Mapping):
+        return None
+    found = usable_id(entry.get("tool_call_id"))
+    if found is None:
+        found = usable_id(entry.get("id"))
+    return found
+
+
+def declared_call_ids(message: Mapping[str, Any]) -> list[str]:
+    """The usable ids a turn declares, in order, each once.
+
+    A turn declaring only unusable ids declares no calls.
+    """
+    ids: list[str] = []
+    for entry in call_entries(message):
+        found = call_id(entry)
+        if found is not None and found not in ids:
+            ids.append(found)
+    return ids
+
+
+def result_id(message: Mapping[str, Any]) -> str | None:
+    """The usable id a ``tool`` message answers, or ``None``."""
+    if message.get("role") != "tool":
+        return None
+    return usable_id(_field(message, "tool_call_id"))
+
+
+def is_healed(message: Mapping[str, Any]) -> bool:
+    """Whether a message is marked as a healed placeholder (``healed: true``)."""
+    return _field(message, "healed") is True

@@ -1,0 +1,184 @@
+"""Messages: the canonical stored shape, strict validation, content coercion.
+
+The buffer stores every message in one canonical shape::
+
+    {"role": "assistant", "content": ..., "metadata": {"tool_calls": [...], ...}}
+
+with tool pairing fields (``tool_calls``, ``tool_call_id``, ``healed``) and
+every other provider field (``name``, ...) inside ``metadata``. Messages come
+in either that shape or the flat provider shape (OpenAI Chat: top-level
+``tool_calls`` entries ``{"id", "type": "function", "function": {...}}``,
+top-level ``tool_call_id``, ``content: null``); :func:`canonical_message`
+turns both into the canonical shape, keeping provider fields intact.
+
+Validation here is strict (an append is all or nothing); the lenient
+counterpart is :func:`flowmem.normalize`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+from .errors import InvalidMessage, InvalidValue, MessageTypeError
+from .ids import usable_id
+
+__all__ = [
+    "HEALED_CONTENT",
+    "MAX_JSON_DEPTH",
+    "ROLES",
+    "Message",
+    "canonical_message",
+    "canonical_messages",
+    "coerce_content",
+    "healed_placeholder",
+    "json_copy",
+]
+
+Message = dict[str, Any]
+"""A message dict. Stored messages are always in the canonical shape."""
+
+ROLES: Final = frozenset({"system", "user", "assistant", "tool"})
+HEALED_CONTENT: Final = "Tool call was interrupted; no result."
+MAX_JSON_DEPTH: Final = 100
+"""Containers nested deeper than this are refused, the same way on every backend."""
+
+_TOP_LEVEL: Final = ("role", "content", "metadata")
+
+
+class _NotJSON(Exception):
+    def __init__(self, path: str, reason: str, *, wrong_type: bool = True) -> None:
+        super().__init__(reason)
+        self.path = path
+        self.reason = reason
+        self.wrong_type = wrong_type
+
+
+def _copy(value: Any, path: str, depth: int) -> Any:
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise _NotJSON(path, f"{value!r} is not a JSON number", wrong_type=False)
+        return value
+    if depth >= MAX_JSON_DEPTH:
+        raise _NotJSON(path, f"nested deeper than {MAX_JSON_DEPTH} levels", wrong_type=False)
+    if isinstance(value, Mapping):
+        copied: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _NotJSON(path, f"object key {key!r} is not a string")
+            copied[key] = _copy(item, f"{path}.{key}" if path else key, depth + 1)
+        return copied
+    if isinstance(value, list | tuple):
+        return [_copy(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+    raise _NotJSON(path, f"{type(value).__name__} is not JSON-serializable")
+
+
+def json_copy(value: Any, *, what: str = "value") -> Any:
+    """A deep copy of a JSON value, or :class:`InvalidValue` naming what is wrong.
+
+    JSON here means: ``None``, ``str`` (any code points, ``\\u0000`` and lone
+    surrogates included), ``bool``, ``int``, finite ``float``, lists (tuples
+    become lists) and string-keyed mappings, nested at most
+    :data:`MAX_JSON_DEPTH` levels.
+    """
+    try:
+        return _copy(value, "", 0)
+    except _NotJSON as exc:
+        where = f"{what}.{exc.path}" if exc.path else what
+        raise InvalidValue(f"{where}: {exc.reason}") from None
+
+
+def _field_copy(value: Any, field: str, index: int | None, where: str) -> Any:
+    try:
+        return _copy(value, "", 0)
+    except _NotJSON as exc:
+        name = f"{field}.{exc.path}" if exc.path else field
+        error = MessageTypeError if exc.wrong_type else InvalidMessage
+        raise error(exc.reason, index=index, field=name, where=where) from None
+
+
+def canonical_message(message: Any, *, index: int | None = None,
+                      where: str = "incoming") -> Message:
+    """Validate one message and return it in the canonical shape (a new dict).
+
+    Raises :class:`~flowmem.errors.InvalidMessage` (or its ``TypeError``
+    subclass) naming ``where[index].field`` when the message is not a
+    mapping, its role is missing or unknown, or a field is not JSON.
+    """
+    if not isinstance(message, Mapping):
+        raise MessageTypeError(f"expected a message mapping, got {type(message).__name__}",
+                               index=index, where=where)
+    role = message.get("role")
+    if not isinstance(role, str) or role not in ROLES:
+        raise InvalidMessage(f"role must be one of {sorted(ROLES)}, got {role!r}",
+                             index=index, field="role", where=where)
+    given_metadata = message.get("metadata")
+    if given_metadata is not None and not isinstance(given_metadata, Mapping):
+        raise MessageTypeError(f"metadata must be a mapping, got {type(given_metadata).__name__}",
+                               index=index, field="metadata", where=where)
+    metadata: dict[str, Any] = _field_copy(given_metadata or {}, "metadata", index, where)
+    for key, value in message.items():
+        if key in _TOP_LEVEL or value is None:
+            continue
+        if not isinstance(key, str):
+            raise MessageTypeError(f"field name {key!r} is not a string", index=index, where=where)
+        metadata[key] = _field_copy(value, key, index, where)
+    _check_pairing_fields(metadata, index, where)
+    content = _field_copy(message.get("content"), "content", index, where)
+    return {"role": role, "content": content, "metadata": metadata}
+
+
+def _check_pairing_fields(metadata: dict[str, Any], index: int | None, where: str) -> None:
+    calls = metadata.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list):
+            raise MessageTypeError("tool_calls must be a list", index=index,
+                                   field="tool_calls", where=where)
+        for i, entry in enumerate(calls):
+            if not isinstance(entry, dict):
+                raise MessageTypeError("a tool call must be a mapping", index=index,
+                                       field=f"tool_calls[{i}]", where=where)
+    found = usable_id(metadata.get("tool_call_id"))
+    if found is not None:
+        metadata["tool_call_id"] = found
+
+
+def canonical_messages(messages: Any, *, where: str = "incoming") -> list[Message]:
+    """Validate one message or a list of them; all or nothing."""
+    if isinstance(messages, Mapping):
+        return [canonical_message(messages, where=where)]
+    if not isinstance(messages, list | tuple):
+        raise MessageTypeError(f"expected a message or a list of messages, "
+                               f"got {type(messages).__name__}", where=where)
+    return [canonical_message(item, index=i, where=where) for i, item in enumerate(messages)]
+
+
+def healed_placeholder(call_id: str) -> Message:
+    """The synthetic result the buffer writes for a call that never got one (MEM-3)."""
+    return {"role": "tool", "content": HEALED_CONTENT,
+            "metadata": {"tool_call_id": call_id, "healed": True}}
+
+
+def coerce_content(content: Any) -> str:
+    """Content as provider-sendable text (MEM-5 step 1, MEM-16).
+
+    ``None`` becomes ``""``, a bool ``"true"``/``"false"``, a number its
+    decimal text, a string itself; anything else is serialized to JSON text,
+    and content that cannot be serialized becomes ``""``.
+    """
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, bool):
+        return "true" if content else "false"
+    if isinstance(content, int | float):
+        return repr(content)
+    try:
+        return json.dumps(content, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return ""

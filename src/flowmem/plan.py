@@ -1,0 +1,227 @@
+"""The append planner: the ONE place the buffer rules are decided.
+
+An append is planned against a :class:`BufferView` — what the buffer already
+holds for the ids the incoming messages mention, and its unanswered calls —
+and the plan is a short list of operations that every store applies with its
+own indexed statements. No store decides a rule; each only executes a plan.
+This is what keeps the in-memory buffer, SQLite, PostgreSQL and Redis in
+agreement, and keeps the cost of an append independent of the length of the
+conversation (the view is a handful of indexed look-ups).
+
+Rules decided here:
+
+- MEM-1: a tool result whose id already has a result is dropped.
+- MEM-2: an assistant turn is dropped only when EVERY id it declares is
+  already declared; a turn declaring no (usable) ids is never dropped.
+- MEM-3: before a ``user`` message, each unanswered call gets a healed
+  placeholder right after its declaring turn's block, in declaration order.
+- MEM-10: a real result for an id held by a placeholder replaces it in
+  place; an incoming message itself marked healed never replaces anything.
+- MEM-11: every id is read through :mod:`flowmem.ids`.
+- MEM-14: ``appended`` counts the incoming messages that became entries.
+
+"In the buffer" always includes what this same append added earlier.
+
+Positions: entries are ordered by an integer position. Appended entries take
+multiples of :data:`SLOT`; a placeholder inserted after the entry at ``p``
+takes ``p + 1``, so any store can insert without renumbering.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Final
+
+from .ids import declared_call_ids, is_healed, result_id
+from .messages import Message
+
+__all__ = [
+    "SLOT",
+    "AddEntry",
+    "AppendPlan",
+    "BufferView",
+    "HealTurn",
+    "NewTurn",
+    "Op",
+    "PendingCall",
+    "ReplacePlaceholder",
+    "TurnRef",
+    "mentioned_ids",
+    "needs_pending",
+    "plan_append",
+]
+
+SLOT: Final = 1 << 20
+"""Distance between the positions of two appended entries."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewTurn:
+    """A turn added by this same append: the ``ordinal``-th :class:`AddEntry`."""
+
+    ordinal: int
+
+
+TurnRef = int | NewTurn
+"""A declaring turn: a stored position, or a turn this append adds."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCall:
+    """A declared call with no result yet: its id, declaring turn and index in it."""
+
+    call_id: str
+    turn: TurnRef
+    order: int
+
+
+@dataclass(frozen=True, slots=True)
+class BufferView:
+    """What a store tells the planner about the buffer before an append.
+
+    ``results`` maps an id to whether its result is a healed placeholder, and
+    ``declared`` holds the declared ids; both need only cover
+    :func:`mentioned_ids`. ``pending`` lists every unanswered call (first
+    declaring turn, declaration order) and is needed only when
+    :func:`needs_pending` says so.
+    """
+
+    results: Mapping[str, bool] = field(default_factory=dict)
+    declared: AbstractSet[str] = frozenset()
+    pending: Sequence[PendingCall] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AddEntry:
+    """Append ``message`` as a new entry at the end of the buffer.
+
+    ``answers``/``healed`` index it as a result, ``declares`` lists the ids
+    the turn declares (in order) and ``opens`` the ``(id, order)`` pairs that
+    become unanswered calls with this turn as their declaring turn.
+    """
+
+    ordinal: int
+    message: Message
+    answers: str | None = None
+    healed: bool = False
+    declares: tuple[str, ...] = ()
+    opens: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ReplacePlaceholder:
+    """Overwrite the healed placeholder of ``call_id`` in place (MEM-10)."""
+
+    call_id: str
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class HealTurn:
+    """Insert placeholders for ``call_ids`` after ``turn``'s block of results (MEM-3)."""
+
+    turn: TurnRef
+    call_ids: tuple[str, ...]
+
+
+Op = AddEntry | ReplacePlaceholder | HealTurn
+
+
+@dataclass(frozen=True, slots=True)
+class AppendPlan:
+    """The operations of one append, in order, and how many entries it adds."""
+
+    ops: tuple[Op, ...]
+    appended: int
+
+
+def mentioned_ids(incoming: Sequence[Message]) -> set[str]:
+    """The ids a store must look up for :attr:`BufferView.results`/``declared``."""
+    ids: set[str] = set()
+    for message in incoming:
+        ids.update(declared_call_ids(message))
+        answered = result_id(message)
+        if answered is not None:
+            ids.add(answered)
+    return ids
+
+
+def needs_pending(incoming: Sequence[Message]) -> bool:
+    """Whether the append heals, so the store must list the unanswered calls."""
+    return any(message["role"] == "user" for message in incoming)
+
+
+class _Planner:
+    def __init__(self, view: BufferView) -> None:
+        self.results: dict[str, bool] = dict(view.results)
+        self.declared: set[str] = set(view.declared)
+        self.pending: dict[str, PendingCall] = {p.call_id: p for p in view.pending}
+        self.ops: list[Op] = []
+        self.adds = 0
+
+    def add(self, message: Message, *, answers: str | None = None, healed: bool = False,
+            declares: tuple[str, ...] = (), opens: tuple[tuple[str, int], ...] = ()) -> None:
+        self.ops.append(AddEntry(self.adds, message, answers, healed, declares, opens))
+        self.adds += 1
+
+    def tool(self, message: Message) -> None:
+        answered = result_id(message)
+        if answered is None:
+            self.add(message)
+            return
+        held = self.results.get(answered)
+        incoming_healed = is_healed(message)
+        if held is None:
+            self.results[answered] = incoming_healed
+            self.pending.pop(answered, None)
+            self.add(message, answers=answered, healed=incoming_healed)
+        elif held and not incoming_healed:
+            self.results[answered] = False
+            self.ops.append(ReplacePlaceholder(answered, message))
+        # otherwise a duplicate (MEM-1, MEM-10): dropped
+
+    def assistant(self, message: Message) -> None:
+        ids = declared_call_ids(message)
+        if ids and all(i in self.declared for i in ids):
+            return  # MEM-2: every id already declared
+        ordinal = self.adds
+        opens: list[tuple[str, int]] = []
+        for order, call in enumerate(ids):
+            self.declared.add(call)
+            if call not in self.results and call not in self.pending:
+                self.pending[call] = PendingCall(call, NewTurn(ordinal), order)
+                opens.append((call, order))
+        self.add(message, declares=tuple(ids), opens=tuple(opens))
+
+    def heal(self) -> None:
+        groups: dict[TurnRef, list[PendingCall]] = {}
+        for call in self.pending.values():
+            groups.setdefault(call.turn, []).append(call)
+        for turn in sorted(groups, key=_turn_order):
+            calls = sorted(groups[turn], key=lambda c: c.order)
+            self.ops.append(HealTurn(turn, tuple(c.call_id for c in calls)))
+            for call in calls:
+                self.results[call.call_id] = True
+        self.pending.clear()
+
+
+def _turn_order(turn: TurnRef) -> tuple[int, int]:
+    return (1, turn.ordinal) if isinstance(turn, NewTurn) else (0, turn)
+
+
+def plan_append(view: BufferView, incoming: Sequence[Message]) -> AppendPlan:
+    """Plan appending canonical ``incoming`` messages to the buffer ``view`` describes."""
+    planner = _Planner(view)
+    for message in incoming:
+        role = message["role"]
+        if role == "tool":
+            planner.tool(message)
+        elif role == "assistant":
+            planner.assistant(message)
+        else:
+            if role == "user":
+                planner.heal()  # MEM-3: only a user message heals
+            planner.add(message)
+    return AppendPlan(tuple(planner.ops), planner.adds)
