@@ -18,12 +18,19 @@ Eviction, precisely (every store implements exactly this):
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .errors import InvalidInput
 from .ids import declared_call_ids, is_healed, result_id
-from .messages import Message, canonical_messages, healed_placeholder, json_copy
+from .messages import (
+    Message,
+    canonical_message,
+    canonical_messages,
+    healed_placeholder,
+    json_copy,
+)
 from .plan import (
     SLOT,
     AddEntry,
@@ -39,7 +46,14 @@ from .plan import (
     plan_append,
 )
 
-__all__ = ["AppendResult", "ConversationBuffer", "append", "check_max_messages"]
+__all__ = [
+    "AppendResult",
+    "ConversationBuffer",
+    "Indexes",
+    "append",
+    "check_max_messages",
+    "derive_indexes",
+]
 
 
 class AppendResult:
@@ -129,12 +143,34 @@ class ConversationBuffer:
 
     def _load(self, messages: list[Message]) -> None:
         for message in messages:
-            pos = self._push(message)
-            self._index_result(message)
-            for order, call in enumerate(declared_call_ids(message)):
-                self._calls.setdefault(call, []).append((pos, order))
-        for call in self._calls:
-            self._recompute_pending(call)
+            self._push(message)
+        self._reindex()
+
+    def _reindex(self) -> None:
+        """Derive every index from the entries: O(length), load and edit only."""
+        indexes = derive_indexes((e.pos, e.message) for e in self._entries)
+        by_pos = {e.pos: e for e in self._entries}
+        self._results = {call: by_pos[pos] for call, pos in indexes.results.items()}
+        self._calls = indexes.calls
+        self._pending = {p.call_id: p for p in indexes.pending}
+
+    def edit(self, position: int, message: Message | None) -> bool:
+        """Replace (or with ``None`` delete) the entry at ``position`` (MEM-15 admin path).
+
+        The indexes are derived again, so this costs O(length). Returns
+        whether an entry stood at ``position``.
+        """
+        replacement = None if message is None else canonical_message(message, where="message")
+        try:
+            index = self._find(position)
+        except LookupError:
+            return False
+        if replacement is None:
+            del self._entries[index]
+        else:
+            self._entries[index].message = replacement
+        self._reindex()
+        return True
 
     # -- reading -------------------------------------------------------------
     def __len__(self) -> int:
@@ -196,11 +232,6 @@ class ConversationBuffer:
         self._next += SLOT
         self._entries.append(_Entry(pos, message))
         return pos
-
-    def _index_result(self, message: Message) -> None:
-        answered = result_id(message)
-        if answered is not None and answered not in self._results:
-            self._results[answered] = self._entries[-1]
 
     def _add(self, op: AddEntry) -> int:
         pos = self._push(op.message)
@@ -266,6 +297,36 @@ class ConversationBuffer:
             self._pending[call] = PendingCall(call, pos, order)
         else:
             self._pending.pop(call, None)
+
+
+@dataclass(frozen=True, slots=True)
+class Indexes:
+    """A buffer's indexes, derived from its entries (see :func:`derive_indexes`)."""
+
+    results: dict[str, int]
+    calls: dict[str, list[tuple[int, int]]]
+    pending: list[PendingCall]
+
+
+def derive_indexes(entries: Iterable[tuple[int, Message]]) -> Indexes:
+    """Derive a buffer's indexes from ``(position, message)`` pairs in order.
+
+    ``results`` maps an id to the position of its (first) result; ``calls``
+    an id to its declarations ``(turn position, order)``; ``pending`` lists
+    the declared ids without a result, at their first declaration. Stores use
+    it after an administrative edit (MEM-15), when loading is O(length) anyway.
+    """
+    results: dict[str, int] = {}
+    calls: dict[str, list[tuple[int, int]]] = {}
+    for pos, message in entries:
+        answered = result_id(message)
+        if answered is not None and answered not in results:
+            results[answered] = pos
+        for order, call in enumerate(declared_call_ids(message)):
+            calls.setdefault(call, []).append((pos, order))
+    pending = [PendingCall(call, *min(turns)) for call, turns in calls.items()
+               if call not in results]
+    return Indexes(results, calls, pending)
 
 
 def _resolve(turn: TurnRef, added: dict[int, int]) -> int:

@@ -1,0 +1,106 @@
+"""The storage seam: the one small protocol every backend implements.
+
+A store keeps, per :class:`~flowmem.scopes.StorageKey`, either a plain JSON
+value or a conversation buffer (one row/entry per message). It never decides
+a GR-MEM rule: an append asks :mod:`flowmem.plan` for a plan against a
+:class:`~flowmem.plan.BufferView` it builds with indexed look-ups, applies it
+in one atomic unit of the backend (a transaction, a script), then applies the
+window exactly as :mod:`flowmem.buffer` documents. Scope refusals never reach
+a store (MEM-7): :class:`~flowmem.Memory` decides them first.
+
+Every backend runs the public conformance suite in :mod:`flowmem.testing`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from .messages import Message
+from .scopes import StorageKey
+
+__all__ = ["AppendOutcome", "HistoryPage", "Store"]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """What a store reports for one append.
+
+    ``serialized`` is ``False`` when the MEM-12 lock was not had within the
+    bounded wait and the append went ahead unserialized (the backend's own
+    atomicity still made it whole).
+    """
+
+    count: int
+    appended: int
+    serialized: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryPage:
+    """A page of a conversation, oldest first.
+
+    ``positions`` are the entries' stable positions (an entry keeps its
+    position for life). ``before`` is the cursor for the next older page, or
+    ``None`` when nothing older remains.
+    """
+
+    messages: list[Message] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    before: int | None = None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A storage backend. All methods are safe to call from several threads."""
+
+    def read(self, key: StorageKey) -> tuple[bool, Any]:
+        """``(found, value)``; a conversation's value is its message list."""
+        ...
+
+    def write(self, key: StorageKey, value: Any) -> None:
+        """Store a JSON value (already validated), replacing whatever the key held."""
+        ...
+
+    def delete(self, key: StorageKey) -> bool:
+        """Remove the key (value or conversation); whether anything was there."""
+        ...
+
+    def append(self, key: StorageKey, incoming: Sequence[Message], *,
+               max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+        """Append canonical messages to the conversation at ``key`` (created on demand).
+
+        Serialized per key for at most ``lock_timeout`` seconds of waiting
+        (MEM-12); past it the append proceeds unserialized and reports
+        ``serialized=False``. Raises :class:`~flowmem.errors.KeyConflict` when
+        the key holds a plain value.
+        """
+        ...
+
+    def history(self, key: StorageKey, *, last: int | None = None,
+                before: int | None = None) -> HistoryPage:
+        """Up to ``last`` messages (all when ``None``) older than position ``before``."""
+        ...
+
+    def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
+        """Replace (or with ``None`` delete) the entry at ``position``.
+
+        The administrative path (MEM-15): the store re-derives the buffer's
+        indexes, so it may cost O(length). Returns whether the entry existed.
+        """
+        ...
+
+    def keys(self, scope: str, scope_id: str, *, prefix: str = "",
+             after: str | None = None, limit: int = 100) -> list[str]:
+        """Keys (values and conversations) under one scope id, sorted, paged by ``after``."""
+        ...
+
+    def lock(self, key: StorageKey, timeout: float) -> AbstractContextManager[bool]:
+        """The MEM-12 lock of ``key``: yields whether it was had within ``timeout``."""
+        ...
+
+    def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+        ...
