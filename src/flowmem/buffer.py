@@ -241,7 +241,7 @@ class ConversationBuffer:
         for order, call in enumerate(op.declares):
             self._calls.setdefault(call, []).append((pos, order))
         for call, order in op.opens:
-            self._pending[call] = PendingCall(call, pos, order)
+            self._pending.setdefault(call, PendingCall(call, pos, order))
         return pos
 
     def _find(self, pos: int) -> int:

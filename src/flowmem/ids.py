@@ -22,6 +22,7 @@ __all__ = [
     "call_id",
     "declared_call_ids",
     "is_healed",
+    "is_key_text",
     "result_id",
     "usable_id",
 ]
@@ -32,7 +33,9 @@ def usable_id(value: Any) -> str | None:
 
     A usable id is a string (an ``int`` is cast) that is not blank after
     trimming and is not ``"0"`` (the spec treats ``"0"`` as no value). A bool
-    is never an id. The result is the trimmed string.
+    is never an id, nor is text that no database can hold as a key (a NUL
+    character or a lone surrogate), so every backend treats it the same way.
+    The result is the trimmed string.
     """
     if isinstance(value, bool):
         return None
@@ -41,9 +44,20 @@ def usable_id(value: Any) -> str | None:
     if not isinstance(value, str):
         return None
     text = value.strip()
-    if not text or text == "0":
+    if not text or text == "0" or not is_key_text(text):
         return None
     return text
+
+
+def is_key_text(value: str) -> bool:
+    """Whether every backend can hold ``value`` as a key: no NUL, no lone surrogate."""
+    if "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _field(message: Mapping[str, Any], name: str) -> Any:

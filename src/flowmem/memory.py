@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from .buffer import AppendResult, check_max_messages
 from .errors import InvalidInput, ScopeRefused
+from .ids import is_key_text
 from .messages import Message, canonical_messages, json_copy
 from .scopes import ExecutionContext, StorageKey, resolve_scope
 from .store import Store
@@ -93,9 +94,11 @@ class ScopedAppendResult(AppendResult):
 
 
 def _check_key(key: Any) -> str:
-    if not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH or "\x00" in key:
+    """A key is text every backend can index: 1..MAX_KEY_LENGTH chars, no NUL/surrogate."""
+    if (not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH
+            or not is_key_text(key)):
         raise InvalidInput(f"key must be a non-empty string of at most {MAX_KEY_LENGTH} "
-                           f"characters without NUL, got {key!r}")
+                           f"characters without NUL or lone surrogates, got {key!r}")
     return key
 
 

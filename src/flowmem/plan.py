@@ -189,10 +189,11 @@ class _Planner:
         ordinal = self.adds
         opens: list[tuple[str, int]] = []
         for order, call in enumerate(ids):
-            self.declared.add(call)
-            if call not in self.results and call not in self.pending:
+            # an id declared before is already pending at its first turn, or answered
+            if call not in self.declared and call not in self.results:
                 self.pending[call] = PendingCall(call, NewTurn(ordinal), order)
                 opens.append((call, order))
+            self.declared.add(call)
         self.add(message, declares=tuple(ids), opens=tuple(opens))
 
     def heal(self) -> None:

@@ -106,7 +106,7 @@ class SQLConversations:
 
     def drop_buffer(self, buffer_id: int) -> None:
         for table in ("messages", "calls", "pending"):
-            self.run(f"DELETE FROM {table} WHERE buffer_id = ?", (buffer_id,))  # noqa: S608
+            self.run(f"DELETE FROM {table} WHERE buffer_id = ?", (buffer_id,))
         self.run("DELETE FROM buffers WHERE id = ?", (buffer_id,))
 
     # -- the planner's view ---------------------------------------------------
@@ -117,11 +117,11 @@ class SQLConversations:
         declared: set[str] = set()
         if ids:
             for call, healed in self.run(
-                    f"SELECT result_id, healed FROM messages WHERE buffer_id = ? "  # noqa: S608
+                    f"SELECT result_id, healed FROM messages WHERE buffer_id = ? "
                     f"AND result_id IN ({_marks(ids)})", (buffer_id, *ids)):
                 results[call] = bool(healed)
             declared = {row[0] for row in self.run(
-                f"SELECT DISTINCT call_id FROM calls WHERE buffer_id = ? "  # noqa: S608
+                f"SELECT DISTINCT call_id FROM calls WHERE buffer_id = ? "
                 f"AND call_id IN ({_marks(ids)})", (buffer_id, *ids))}
         pending: list[PendingCall] = []
         if needs_pending(incoming):
@@ -261,7 +261,7 @@ class SQLConversations:
         entries = [(pos, replacement) if pos == position else (pos, body)
                    for pos, body in entries if pos != position or replacement is not None]
         for table in ("messages", "calls", "pending"):
-            self.run(f"DELETE FROM {table} WHERE buffer_id = ?", (buffer_id,))  # noqa: S608
+            self.run(f"DELETE FROM {table} WHERE buffer_id = ?", (buffer_id,))
         self._rewrite(buffer_id, entries)
         return True
 

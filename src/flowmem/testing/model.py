@@ -1,0 +1,122 @@
+"""The model-based test: a store equals the pure :func:`flowmem.append` after every step.
+
+A Hypothesis state machine drives a store and a plain list through the same
+random appends — user turns, assistant turns declaring ids from a small pool
+in either spelling, re-fired and late results, incoming healed messages,
+system messages, multi-message batches, a window — and after every step
+checks the store's buffer, ``count`` and ``appended`` against the model. For
+a persistent store it also closes and reopens the store mid-sequence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+from ..buffer import append as model_append
+from ..messages import Message, canonical_messages
+from ..store import Store
+from .contract import fresh_key
+
+__all__ = ["StoreModelMachine", "store_model_test"]
+
+_IDS = st.sampled_from(["c0", "c1", "c2", "c3", "c4", "c5"])
+_SPELLING = st.sampled_from(["id", "tool_call_id"])
+
+
+@st.composite
+def _message(draw: st.DrawFn) -> Message:
+    kind = draw(st.sampled_from(["user", "assistant", "tool", "tool", "healed", "system",
+                                 "chat"]))
+    if kind == "user":
+        return {"role": "user", "content": draw(st.sampled_from(["hi", "next", "\u0000?"]))}
+    if kind == "system":
+        return {"role": "system", "content": "sys"}
+    if kind == "chat":
+        return {"role": "assistant", "content": "plain answer"}
+    if kind == "assistant":
+        ids = draw(st.lists(_IDS, min_size=1, max_size=3))
+        calls = [{draw(_SPELLING): i, "type": "function"} for i in ids]
+        where = draw(st.booleans())
+        if where:
+            return {"role": "assistant", "content": None, "tool_calls": calls}
+        return {"role": "assistant", "content": "", "metadata": {"tool_calls": calls}}
+    message: Message = {"role": "tool", "tool_call_id": draw(_IDS),
+                        "content": draw(st.sampled_from(["r1", "r2"]))}
+    if kind == "healed":
+        message["metadata"] = {"healed": True}
+    return message
+
+
+class StoreModelMachine(RuleBasedStateMachine):
+    """Subclass with ``open_store`` set (see :func:`store_model_test`)."""
+
+    open_store: ClassVar[Callable[[], Store]]
+    reopenable: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.store = type(self).open_store()
+        self.key = fresh_key()
+        self.model: list[Message] = []
+        self.window: int | None = None
+
+    @initialize(window=st.none() | st.integers(min_value=1, max_value=8))
+    def choose_window(self, window: int | None) -> None:
+        self.window = window
+
+    @rule(batch=st.lists(_message(), min_size=1, max_size=4))
+    def append(self, batch: list[Message]) -> None:
+        expected = model_append(self.model, batch, max_messages=self.window)
+        outcome = self.store.append(self.key, canonical_messages(batch),
+                                    max_messages=self.window, lock_timeout=5.0)
+        assert (outcome.count, outcome.appended) == (expected.count, expected.appended), (
+            f"store {outcome} != model {expected}")
+        self.model = expected.messages
+
+    @rule(message=_message())
+    def append_twice(self, message: Message) -> None:
+        self.append([message])
+        self.append([message])
+
+    @rule()
+    def reopen(self) -> None:
+        if type(self).reopenable:
+            self.store.close()
+            self.store = type(self).open_store()
+
+    @invariant()
+    def store_equals_model(self) -> None:
+        found, value = self.store.read(self.key)
+        stored: Any = value if found else []
+        assert stored == self.model
+        page = self.store.history(self.key, last=3)
+        assert page.messages == self.model[-3:]
+
+    def teardown(self) -> None:
+        self.store.close()
+
+
+def store_model_test(open_store: Callable[[], Store], *, reopenable: bool = False,
+                     max_examples: int = 40, steps: int = 25) -> None:
+    """Run :class:`StoreModelMachine` against stores made by ``open_store``.
+
+    ``reopenable``: the store keeps its data across instances (reopened
+    mid-sequence). Each run works under a fresh key, so the stores may share
+    one database.
+    """
+    machine = type("Machine", (StoreModelMachine,),
+                   {"open_store": staticmethod(open_store), "reopenable": reopenable})
+    run_state_machine_as_test(machine, settings=settings(  # type: ignore[no-untyped-call]
+        max_examples=max_examples, stateful_step_count=steps, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]))

@@ -1,0 +1,78 @@
+"""Every backend the suite runs against, and how to reach it.
+
+PostgreSQL and Redis are used when reachable (``FLOWMEM_TEST_POSTGRES``,
+default ``postgresql://127.0.0.1:5432/test``; ``FLOWMEM_TEST_REDIS``, default
+``redis://127.0.0.1:6379/15``); otherwise their tests skip with the reason.
+``.ci/run`` starts both, so in CI they always run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from flowmem.store import Store
+from flowmem.stores import open_store
+
+POSTGRES_URL = os.environ.get("FLOWMEM_TEST_POSTGRES", "postgresql://127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("FLOWMEM_TEST_REDIS", "redis://127.0.0.1:6379/15")
+
+
+@dataclass
+class Backend:
+    name: str
+    url: str
+    persistent: bool
+
+    def open(self) -> Store:
+        return open_store(self.url)
+
+
+def _reachable(url: str, default_port: int) -> bool:
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1",
+                                       parts.port or default_port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def unavailable(name: str) -> str | None:
+    """Why a backend cannot run here, or ``None`` when it can."""
+    if name == "postgres":
+        if importlib.util.find_spec("flowmem.stores.postgres") is None:
+            return "flowmem.stores.postgres is not built yet"
+        if importlib.util.find_spec("psycopg") is None:
+            return "psycopg is not installed (pip install 'flowmem[postgres]')"
+        if not _reachable(POSTGRES_URL, 5432):
+            return f"PostgreSQL is not reachable at {POSTGRES_URL}"
+    if name == "redis":
+        if importlib.util.find_spec("flowmem.stores.redis") is None:
+            return "flowmem.stores.redis is not built yet"
+        if importlib.util.find_spec("redis") is None:
+            return "redis-py is not installed (pip install 'flowmem[redis]')"
+        if not _reachable(REDIS_URL, 6379):
+            return f"Redis is not reachable at {REDIS_URL}"
+    return None
+
+
+BACKENDS = ("memory", "sqlite", "postgres", "redis")
+
+
+def make_backend(name: str, tmp_path: Path) -> Backend:
+    if name == "memory":
+        return Backend(name, "memory://", persistent=False)
+    if name == "sqlite":
+        return Backend(name, f"sqlite:///{tmp_path / 'flowmem.db'}", persistent=True)
+    if name == "postgres":
+        return Backend(name, POSTGRES_URL, persistent=True)
+    return Backend(name, REDIS_URL, persistent=True)
+
+
+Opener = Callable[[], Store]
