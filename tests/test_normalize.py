@@ -213,8 +213,9 @@ def test_mem5_healed_placeholder_in_canonical_shape_answers_its_call() -> None:
     check([A("", "a"), placeholder], [A("", "a"), HEAL("a")], 0)
 
 
-def test_mem5_result_id_is_the_trimmed_usable_string() -> None:
-    check([A("", " a ", 7), T("a"), T(7)], [A("", " a ", 7), T("a"), T("7")], 0)
+def test_mem5_call_and_result_carry_the_same_trimmed_id_string() -> None:
+    """MEM-5/MEM-11: a provider matches ids as strings, so " a " and 7 are written back as read."""
+    check([A("", " a ", 7), T("a"), T(7)], [A("", "a", "7"), T("a"), T("7")], 0)
 
 
 def test_mem5_kept_call_entries_are_copied_as_given_but_only_the_kept_ones() -> None:

@@ -20,6 +20,7 @@ from typing import Any
 __all__ = [
     "call_entries",
     "call_id",
+    "call_id_field",
     "declared_call_ids",
     "is_healed",
     "is_key_text",
@@ -85,14 +86,23 @@ def call_entries(message: Mapping[str, Any]) -> list[Any]:
     return []
 
 
-def call_id(entry: Any) -> str | None:
-    """The usable id of one declared call entry, from either spelling (MEM-11)."""
+def call_id_field(entry: Any) -> str | None:
+    """Which spelling holds a call entry's usable id: ``"tool_call_id"``, ``"id"`` or ``None``.
+
+    The normalized spelling wins when both are present and usable (MEM-11).
+    """
     if not isinstance(entry, Mapping):
         return None
-    found = usable_id(entry.get("tool_call_id"))
-    if found is None:
-        found = usable_id(entry.get("id"))
-    return found
+    for spelling in ("tool_call_id", "id"):
+        if usable_id(entry.get(spelling)) is not None:
+            return spelling
+    return None
+
+
+def call_id(entry: Any) -> str | None:
+    """The usable id of one declared call entry, from either spelling (MEM-11)."""
+    spelling = call_id_field(entry)
+    return None if spelling is None else usable_id(entry[spelling])
 
 
 def declared_call_ids(message: Mapping[str, Any]) -> list[str]:

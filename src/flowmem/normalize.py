@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .ids import call_entries, call_id, result_id
+from .ids import call_entries, call_id, call_id_field, result_id
 from .messages import HEALED_CONTENT, ROLES, Message, coerce_content
 
 __all__ = ["NormalizeResult", "is_sendable", "normalize", "sendability_problems"]
@@ -169,13 +169,20 @@ def _repair(entries: list[_Entry], tally: _Tally) -> list[_Entry]:
 
 
 def _copy_call(call: Mapping[str, Any]) -> dict[str, Any]:
-    """A call entry copied as given (provider fields intact), never shared with the input."""
+    """A call entry copied (provider fields intact, never shared with the input).
+
+    The id is written back as read (trimmed, an int cast) under the spelling
+    it was read from, so the call and its result carry the same string.
+    """
     copied: dict[str, Any] = {}
     for key, value in call.items():
         try:
             copied[key] = copy.deepcopy(value)
         except Exception:
             copied[key] = value
+    spelling = call_id_field(call)
+    if spelling is not None:
+        copied[spelling] = call_id(call)
     return copied
 
 
