@@ -1,0 +1,220 @@
+"""The access rules of the storage API, pure (no I/O): MEM-8, MEM-9, MEM-15.
+
+Who may do what to a session is decided HERE and nowhere else; the HTTP
+service only asks :func:`authorize` and maps the :class:`Decision` to a
+status. The rules:
+
+- **Ownership needs a real identity on both sides (MEM-9).** An anonymous
+  caller owns nothing; an owner-less session is owned by nobody.
+- **View** — the owner, a user the owner granted view to, or an admin.
+- **Drive** (append a turn, stop, reset) — the owner or an admin, never a
+  viewer: viewing does not allow driving (MEM-9).
+- **Manage grants** — the owner or an admin.
+- **Create** — identified callers only, owning what they create; only an
+  admin may create an owner-less session.
+- **Edit a message** (update or delete one) — an admin only (MEM-15); a
+  message whose session cannot be loaded is denied, admin included.
+- **Memory principal (MEM-8)** — a session-driven execution carries the
+  session OWNER's user id, and only when that is a usable id; never the id
+  of whoever drives the turn (:func:`memory_principal`).
+- **Hooks (MEM-15)** — an :data:`AccessHook` may add denials; it can never
+  grant what the rules deny: a denial by the rules is final and the hooks
+  are not even asked. A hook that raises denies (fail closed).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+from .ids import usable_id
+
+__all__ = [
+    "AccessHook",
+    "Action",
+    "Decision",
+    "Principal",
+    "SessionRecord",
+    "authorize",
+    "decide",
+    "memory_principal",
+    "owns",
+]
+
+logger = logging.getLogger("flowmem")
+
+SESSION_STATUSES: Final = ("active", "stopped")
+
+
+class Action(StrEnum):
+    """What a caller wants to do to a session (the rows of the access table)."""
+
+    VIEW = "view"
+    """Read the session record and its messages; read memory under it."""
+    DRIVE = "drive"
+    """Append a turn, stop, reset; write memory under it (MEM-9)."""
+    MANAGE = "manage"
+    """Grant or revoke view to other users."""
+    EDIT_MESSAGE = "edit_message"
+    """Update or delete one stored message (MEM-15: admin only)."""
+    CREATE = "create"
+    """Create the (proposed) session: its owner is the caller, or nobody (admin)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who calls: a user id (``None`` for anonymous) and the admin flag.
+
+    Identity only ever comes from a credential (a bearer token), never from a
+    request body. An unusable id (blank, ``"0"``, not a string) is anonymous.
+    """
+
+    user_id: str | None = None
+    admin: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "user_id", usable_id(self.user_id))
+        object.__setattr__(self, "admin", self.admin is True)
+
+    @classmethod
+    def anonymous(cls) -> Principal:
+        """The caller without a credential: no identity, owns nothing (MEM-9)."""
+        return cls(None, False)
+
+    @property
+    def identified(self) -> bool:
+        """Whether the caller has a real identity."""
+        return self.user_id is not None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    """A session as the registry stores it.
+
+    ``owner`` is ``None`` for an owner-less session (only an admin can create
+    one); ``viewers`` are the user ids the owner granted view to.
+    """
+
+    id: str
+    owner: str | None
+    title: str = ""
+    viewers: frozenset[str] = field(default_factory=frozenset)
+    status: str = "active"
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "owner", usable_id(self.owner))
+        object.__setattr__(self, "viewers", frozenset(
+            v for v in (usable_id(x) for x in self.viewers) if v is not None))
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form stored and served (viewers sorted)."""
+        return {"id": self.id, "owner": self.owner, "title": self.title,
+                "viewers": sorted(self.viewers), "status": self.status,
+                "created_at": self.created_at, "updated_at": self.updated_at}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SessionRecord:
+        """The inverse of :meth:`to_json`."""
+        return cls(id=str(data["id"]), owner=data.get("owner"), title=str(data.get("title", "")),
+                   viewers=frozenset(data.get("viewers") or ()),
+                   status=str(data.get("status", "active")),
+                   created_at=float(data.get("created_at", 0.0)),
+                   updated_at=float(data.get("updated_at", 0.0)))
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer to one access question.
+
+    ``visible`` tells whether the caller may know the session exists (it may
+    view it); a service answers "not found" to an invisible session and
+    "forbidden" to a visible one, so a refusal never reveals a foreign session.
+    """
+
+    allowed: bool
+    reason: str
+    visible: bool = False
+
+
+AccessHook = Callable[[Principal, Action, SessionRecord | None], bool]
+"""An extension hook: return ``False`` to deny. It can only ADD denials (MEM-15)."""
+
+
+def owns(principal: Principal, session: SessionRecord | None) -> bool:
+    """Ownership needs a real identity on both sides (MEM-9)."""
+    return (session is not None and principal.user_id is not None
+            and session.owner is not None and principal.user_id == session.owner)
+
+
+def _views(principal: Principal, session: SessionRecord) -> bool:
+    if principal.admin or owns(principal, session):
+        return True
+    return principal.user_id is not None and principal.user_id in session.viewers
+
+
+def decide(principal: Principal, action: Action, session: SessionRecord | None) -> Decision:
+    """The ONE access decision of the rules alone (MEM-9, MEM-15), hooks aside."""
+    if session is None:
+        return Decision(False, "the session cannot be loaded")
+    if action is Action.CREATE:
+        return _create(principal, session)
+    visible = _views(principal, session)
+    if action is Action.VIEW:
+        return Decision(visible, "may view" if visible else "not a viewer", visible)
+    if action is Action.EDIT_MESSAGE:
+        if principal.admin:
+            return Decision(True, "admin", visible)
+        return Decision(False, "messages are immutable below the admin tier (MEM-15)", visible)
+    if principal.admin or owns(principal, session):
+        return Decision(True, "owner or admin", visible)
+    why = "viewing does not allow driving (MEM-9)" if action is Action.DRIVE else "not the owner"
+    return Decision(False, why, visible)
+
+
+def authorize(principal: Principal, action: Action, session: SessionRecord | None,
+              hooks: Iterable[AccessHook] = ()) -> Decision:
+    """:func:`decide`, then the hooks, which may only add denials (MEM-15).
+
+    A denial by the rules is final: no hook is asked. Each hook is asked in
+    order; the first that returns anything but ``True`` (or raises) denies.
+    """
+    decision = decide(principal, action, session)
+    if not decision.allowed:
+        return decision
+    for hook in hooks:
+        try:
+            verdict = hook(principal, action, session)
+        except Exception:  # fail closed: a broken hook denies
+            logger.exception("flowmem: access hook %r raised; denying", hook)
+            verdict = False
+        if verdict is not True:
+            return Decision(False, "denied by an access hook", decision.visible)
+    return decision
+
+
+def _create(principal: Principal, proposed: SessionRecord) -> Decision:
+    """Identified callers own what they create; only an admin creates owner-less (MEM-9)."""
+    if not principal.identified:
+        return Decision(False, "an anonymous caller cannot create a session: it owns nothing")
+    if proposed.owner is None:
+        if principal.admin:
+            return Decision(True, "admin creates an owner-less session")
+        return Decision(False, "only an admin may create an owner-less session")
+    if proposed.owner != principal.user_id:
+        return Decision(False, "a session is owned by the caller who creates it")
+    return Decision(True, "the caller owns what it creates")
+
+
+def memory_principal(session: SessionRecord) -> str | None:
+    """The user id a session-driven execution carries (MEM-8).
+
+    The session OWNER's id, only when it is a usable id; ``None`` (so the
+    ``user`` scope is refused, MEM-6) for an owner-less session — never the
+    id of whoever drives the turn.
+    """
+    return usable_id(session.owner)
