@@ -1,0 +1,86 @@
+"""What every route needs: the service state, the caller, the session it names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPBearer
+
+from ..access import Action, Principal, SessionRecord, authorize
+from ..memory import HistoryResult, Memory
+from .auth import InvalidCredentials, TokenBackend
+from .responses import ApiError
+from .sessions import SessionRegistry
+from .settings import Settings
+
+__all__ = ["Caller", "Identified", "Server", "ServerState", "caller", "identified", "positioned",
+           "session_for", "state"]
+
+_bearer = HTTPBearer(auto_error=False, scheme_name="bearer",
+                     description="`Authorization: Bearer <token>` from `flowmem token create`. "
+                                 "Without it the caller is anonymous.")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerState:
+    """The objects one app serves from."""
+
+    memory: Memory
+    tokens: TokenBackend
+    sessions: SessionRegistry
+    settings: Settings
+
+
+def state(request: Request) -> ServerState:
+    """The app's :class:`ServerState`."""
+    found: ServerState = request.app.state.flowmem
+    return found
+
+
+def caller(request: Request, _: Annotated[object, Depends(_bearer)]) -> Principal:
+    """The caller, from the bearer token only (anonymous without one)."""
+    try:
+        return state(request).tokens.authenticate(request.headers.get("authorization"))
+    except InvalidCredentials as exc:
+        raise ApiError(401, "unauthenticated", str(exc),
+                       headers={"WWW-Authenticate": "Bearer"}) from None
+
+
+def identified(principal: Annotated[Principal, Depends(caller)]) -> Principal:
+    """The caller, who must have an identity (401 for anonymous)."""
+    if not principal.identified:
+        raise ApiError(401, "unauthenticated", "this operation needs a bearer token",
+                       headers={"WWW-Authenticate": "Bearer"})
+    return principal
+
+
+Caller = Annotated[Principal, Depends(caller)]
+"""The caller (anonymous without a token)."""
+Identified = Annotated[Principal, Depends(identified)]
+"""The caller, who must have an identity."""
+Server = Annotated[ServerState, Depends(state)]
+"""The app's state."""
+
+
+def session_for(server: ServerState, principal: Principal, session_id: str,
+                action: Action) -> SessionRecord:
+    """The session, if the access rules and hooks allow ``action`` on it.
+
+    Not allowed and not visible (unknown, unloadable, or foreign): 404, so a
+    refusal never reveals a foreign session. Visible but not allowed: 403.
+    """
+    record = server.sessions.load(session_id)
+    decision = authorize(principal, action, record, server.settings.hooks)
+    if decision.allowed and record is not None:
+        return record
+    if not decision.visible:
+        raise ApiError(404, "not_found", "no such session")
+    raise ApiError(403, "forbidden", decision.reason)
+
+
+def positioned(page: HistoryResult) -> list[dict[str, Any]]:
+    """A history page as ``{"position", "message"}`` pairs, oldest first."""
+    return [{"position": p, "message": m}
+            for p, m in zip(page.positions, page.messages, strict=True)]

@@ -1,0 +1,226 @@
+"""Request and response bodies (pydantic), i.e. the ``/openapi.json`` schemas.
+
+Request envelopes forbid unknown fields (400). Messages allow provider
+fields (``name``, ``tool_calls``, ``tool_call_id``, ...): the canonical shape
+keeps them in ``metadata``. No request body carries an identity: the caller
+is always the bearer token's user (and ``user_id`` is not a context field).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .limits import Limits
+
+__all__ = [
+    "AppendBody",
+    "AppendOut",
+    "DeleteOut",
+    "EditBody",
+    "GrantBody",
+    "MemoryContext",
+    "MessageIn",
+    "MessagePage",
+    "PositionedMessage",
+    "ReadBody",
+    "ReadOut",
+    "ScopedBody",
+    "SessionCreate",
+    "SessionList",
+    "SessionOut",
+    "TurnBody",
+    "TurnOut",
+    "WhoAmI",
+    "WriteBody",
+    "WriteOut",
+]
+
+_DEFAULTS = Limits()
+Id = Annotated[str, Field(min_length=1, max_length=256)]
+Key = Annotated[str, Field(min_length=1, max_length=512, description="The memory key.")]
+Scope = Literal["global", "workflow", "pipeline", "execution", "session", "user"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class MessageIn(BaseModel):
+    """A message, canonical (``role``, ``content``, ``metadata``) or provider-flat."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra={
+        "description": f"A message. `content` is any JSON; as text (JSON text when it is not "
+                       f"a string) it is at most {_DEFAULTS.max_content_chars} characters."})
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: Any = None
+    metadata: dict[str, Any] | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | int | None = None
+
+
+Messages = Annotated[list[MessageIn], Field(
+    min_length=1, max_length=_DEFAULTS.max_messages_per_append,
+    description=f"At most {_DEFAULTS.max_messages_per_append} messages per append.")]
+Window = Annotated[int | None, Field(
+    ge=1, description="Keep at most this many messages (oldest evicted); none: unbounded.")]
+
+
+class MemoryContext(_Strict):
+    """The runtime's execution ids. The user id is never here: it is the token's."""
+
+    workflow_id: Id | None = None
+    pipeline_id: Id | None = None
+    execution_id: Id | None = None
+    node_id: Id | None = None
+
+
+class ScopedBody(_Strict):
+    """Where a memory lives: scope, key, execution ids, and optionally a session.
+
+    With ``session_id`` (which the caller must be allowed to view for reads and
+    to drive for writes) the ``session`` scope is that session and the ``user``
+    scope its OWNER, only when the owner is a real user (MEM-8). Without it
+    the ``user`` scope is the caller (refused for anonymous, MEM-6/MEM-7) and
+    the ``session`` scope is refused (MEM-13).
+    """
+
+    scope: Scope
+    key: Key
+    context: MemoryContext = Field(default_factory=MemoryContext)
+    session_id: Id | None = None
+
+
+class ReadBody(ScopedBody):
+    """Read a value (a conversation reads as its message list)."""
+
+    default: Any = None
+
+
+class WriteBody(ScopedBody):
+    """Write a JSON value."""
+
+    value: Any
+
+
+class AppendBody(ScopedBody):
+    """Append messages to the conversation at (scope, key), MEM-1..14."""
+
+    messages: Messages
+    max_messages: Window = None
+
+
+class SessionCreate(_Strict):
+    """Create a session owned by the caller (``owner_less``: admin only)."""
+
+    title: Annotated[str, Field(max_length=200)] = ""
+    owner_less: bool = False
+
+
+class TurnBody(_Strict):
+    """Append a turn (any roles) to the session's conversation."""
+
+    messages: Messages
+    max_messages: Window = None
+
+
+class GrantBody(_Strict):
+    """Grant view to a user."""
+
+    user_id: Id
+
+
+class EditBody(_Strict):
+    """Replace one stored message (admin only, MEM-15)."""
+
+    message: MessageIn
+
+
+class SessionOut(BaseModel):
+    """A session. ``viewers`` is shown to those who manage it, else ``[]``."""
+
+    id: str
+    owner: str | None
+    title: str
+    viewers: list[str]
+    status: Literal["active", "stopped"]
+    created_at: float
+    updated_at: float
+
+
+class SessionList(BaseModel):
+    """A page of sessions; ``next`` is the ``after`` cursor of the next page."""
+
+    sessions: list[SessionOut]
+    next: str | None
+
+
+class PositionedMessage(BaseModel):
+    """A stored message (canonical shape) and its stable position."""
+
+    position: int
+    message: dict[str, Any]
+
+
+class MessagePage(BaseModel):
+    """Messages oldest first; ``before`` is the cursor of the next older page."""
+
+    messages: list[PositionedMessage]
+    before: int | None
+
+
+class TurnOut(BaseModel):
+    """The MEM-14 report and the newest messages after the append."""
+
+    count: int
+    appended: int
+    appended_any: bool
+    messages: list[PositionedMessage]
+    before: int | None
+
+
+class _Where(BaseModel):
+    scope: Scope
+    resolved_scope_id: str
+    refused: bool = Field(description="The scope was refused (MEM-6/MEM-13): the neutral "
+                                      "MEM-7 result, nothing read or stored.")
+
+
+class ReadOut(_Where):
+    """A read; refused: ``found`` false and the default."""
+
+    value: Any = None
+    found: bool
+
+
+class WriteOut(_Where):
+    """A write; refused: ``ok`` false."""
+
+    ok: bool
+
+
+class DeleteOut(_Where):
+    """A delete; refused: ``ok`` false. A missing key is ``ok`` and not ``found``."""
+
+    ok: bool
+    found: bool
+
+
+class AppendOut(_Where):
+    """An append (MEM-14); refused: count 0, an empty buffer."""
+
+    count: int
+    appended: int
+    appended_any: bool
+    messages: list[PositionedMessage]
+    before: int | None
+
+
+class WhoAmI(BaseModel):
+    """The caller as the token says."""
+
+    user_id: str | None
+    admin: bool
+    anonymous: bool

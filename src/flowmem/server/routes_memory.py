@@ -1,0 +1,105 @@
+"""Memory endpoints for a runtime: read, write, delete, append under a scope.
+
+The execution ids come from the request; the user id from the token only.
+Under a session (``session_id``: view it to read, drive it to write) the
+``user`` scope is the session OWNER, only when the owner is a real user —
+never whoever drives (MEM-8) — and the ``session`` scope is that session.
+
+A refused scope (MEM-6, MEM-13) answers the neutral MEM-7 result with
+status 200 and ``refused: true``: a read ``found: false`` with the default,
+a write or delete ``ok: false``, an append ``count: 0`` and no messages;
+``resolved_scope_id`` is ``""``. Nothing reaches the store, and no fallback
+bucket is ever used. The refusal itself is decided by
+:meth:`flowmem.Memory._locate`, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from ..access import Action, Principal
+from ..scopes import IDENTITY_SCOPES, ExecutionContext
+from .deps import Caller, Server, ServerState, positioned, session_for
+from .limits import check_messages
+from .models import (
+    AppendBody,
+    AppendOut,
+    DeleteOut,
+    ReadBody,
+    ReadOut,
+    ScopedBody,
+    WriteBody,
+    WriteOut,
+)
+from .responses import AsciiJSONResponse
+from .sessions import session_context
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/memory", tags=["memory"])
+
+
+def _context(server: ServerState, principal: Principal, body: ScopedBody,
+             action: Action) -> ExecutionContext:
+    ids = body.context.model_dump()
+    if body.session_id is None:
+        return ExecutionContext(user_id=principal.user_id, **ids)
+    record = session_for(server, principal, body.session_id, action)
+    return session_context(record, **ids)
+
+
+def _where(scope: str, resolved: str) -> dict[str, Any]:
+    # An identity scope never resolves to "": "" there IS the refusal (MEM-7).
+    return {"scope": scope, "resolved_scope_id": resolved,
+            "refused": scope in IDENTITY_SCOPES and resolved == ""}
+
+
+@router.post("/read", response_model=ReadOut,
+             summary="Read a key (refused scope: 200, found false, refused true)")
+def read(body: ReadBody, principal: Caller,
+         server: Server) -> AsciiJSONResponse:
+    context = _context(server, principal, body, Action.VIEW)
+    result = server.memory.read(body.scope, body.key, context=context, default=body.default)
+    return AsciiJSONResponse({**_where(result.scope, result.resolved_scope_id),
+                              "value": result.value, "found": result.found})
+
+
+@router.post("/write", response_model=WriteOut,
+             summary="Write a key (refused scope: 200, ok false, refused true)")
+def write(body: WriteBody, principal: Caller,
+          server: Server) -> AsciiJSONResponse:
+    context = _context(server, principal, body, Action.DRIVE)
+    result = server.memory.write(body.scope, body.key, body.value, context=context)
+    return AsciiJSONResponse({**_where(result.scope, result.resolved_scope_id), "ok": result.ok})
+
+
+@router.post("/delete", response_model=DeleteOut,
+             summary="Delete a key (refused scope: 200, ok false, refused true)")
+def delete(body: ScopedBody, principal: Caller,
+           server: Server) -> AsciiJSONResponse:
+    context = _context(server, principal, body, Action.DRIVE)
+    result = server.memory.delete(body.scope, body.key, context=context)
+    return AsciiJSONResponse({**_where(result.scope, result.resolved_scope_id),
+                              "ok": result.ok, "found": result.found})
+
+
+@router.post("/append", response_model=AppendOut,
+             summary="Append to a conversation, MEM-1..14 (refused scope: 200, count 0)")
+def append(body: AppendBody, principal: Caller,
+           server: Server) -> AsciiJSONResponse:
+    context = _context(server, principal, body, Action.DRIVE)
+    messages = [m.model_dump(exclude_unset=True) for m in body.messages]
+    check_messages(messages, server.settings.limits)
+    result = server.memory.append(body.scope, body.key, messages, context=context,
+                                  max_messages=body.max_messages)
+    where = _where(result.scope, result.resolved_scope_id)
+    page_messages: list[dict[str, Any]] = []
+    before = None
+    if not where["refused"]:
+        page = server.memory.history(body.scope, body.key, context=context,
+                                     last=server.settings.echo)
+        page_messages, before = positioned(page), page.before
+    return AsciiJSONResponse({**where, **result.to_dict(), "messages": page_messages,
+                              "before": before})

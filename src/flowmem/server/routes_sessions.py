@@ -1,0 +1,200 @@
+"""Session endpoints: create, get, list mine, grant/revoke view, and driving.
+
+Driving (append a turn, stop, reset) is for the owner or an admin only;
+viewers read, never drive (MEM-9). Editing a stored message is admin-only
+(MEM-15). Every access question goes to :func:`flowmem.access.authorize`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query
+
+from ..access import Action, Principal, SessionRecord, authorize
+from ..messages import canonical_message
+from ..scopes import StorageKey, resolve_scope
+from .deps import Caller, Identified, Server, ServerState, positioned, session_for
+from .limits import check_messages
+from .models import (
+    EditBody,
+    GrantBody,
+    MessagePage,
+    PositionedMessage,
+    SessionCreate,
+    SessionList,
+    SessionOut,
+    TurnBody,
+    TurnOut,
+)
+from .responses import ApiError, AsciiJSONResponse
+from .sessions import TRANSCRIPT_KEY, session_context
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+MAX_POSITION = 2**62
+Cursor = Annotated[int | None, Query(ge=0, le=MAX_POSITION,
+                                     description="Position cursor: messages older than this.")]
+Position = Annotated[int, Path(ge=0, le=MAX_POSITION, description="A message's stable position.")]
+PageSize = Annotated[int | None, Query(ge=1, le=500, description="Page size.")]
+Role = Annotated[Literal["owner", "viewer"], Query(description="Sessions I own or may view.")]
+After = Annotated[str | None, Query(max_length=64, description="The `next` cursor of a page.")]
+
+
+def _out(server: ServerState, principal: Principal, record: SessionRecord) -> dict[str, Any]:
+    data = record.to_json()
+    if not authorize(principal, Action.MANAGE, record, server.settings.hooks).allowed:
+        data["viewers"] = []
+    return data
+
+
+def _json(payload: Any, status: int = 200) -> AsciiJSONResponse:
+    return AsciiJSONResponse(payload, status_code=status)
+
+
+def _limit(server: ServerState, limit: int | None) -> int:
+    return min(limit or server.settings.page_size, server.settings.max_page_size)
+
+
+@router.post("", status_code=201, response_model=SessionOut,
+             summary="Create a session owned by the caller (owner_less: admin only)")
+def create_session(body: SessionCreate, principal: Identified,
+                   server: Server) -> AsciiJSONResponse:
+    owner = None if body.owner_less else principal.user_id
+    proposed = SessionRecord(id="", owner=owner, title=body.title)
+    decision = authorize(principal, Action.CREATE, proposed, server.settings.hooks)
+    if not decision.allowed:
+        raise ApiError(403, "forbidden", decision.reason)
+    record = server.sessions.create(owner, body.title)
+    return _json(_out(server, principal, record), 201)
+
+
+@router.get("", response_model=SessionList, summary="List the sessions I own (or may view)")
+def list_sessions(principal: Identified, server: Server, role: Role = "owner",
+                  after: After = None, limit: PageSize = None) -> AsciiJSONResponse:
+    assert principal.user_id is not None
+    records, cursor = server.sessions.listing(principal.user_id, role, after=after,
+                                              limit=_limit(server, limit))
+    return _json({"sessions": [_out(server, principal, r) for r in records], "next": cursor})
+
+
+@router.get("/{session_id}", response_model=SessionOut, summary="Get a session (viewers too)")
+def get_session(session_id: str, principal: Caller,
+                server: Server) -> AsciiJSONResponse:
+    record = session_for(server, principal, session_id, Action.VIEW)
+    return _json(_out(server, principal, record))
+
+
+@router.post("/{session_id}/viewers", response_model=SessionOut,
+             summary="Grant view to a user (owner or admin)")
+def grant_view(session_id: str, body: GrantBody, principal: Caller,
+               server: Server) -> AsciiJSONResponse:
+    record = session_for(server, principal, session_id, Action.MANAGE)
+    grantee = body.user_id.strip()
+    if not grantee or grantee == "0":
+        raise ApiError(400, "invalid_request", "user_id must be a usable id")
+    if grantee not in record.viewers and len(record.viewers) >= server.settings.max_viewers:
+        raise ApiError(400, "invalid_request",
+                       f"a session has at most {server.settings.max_viewers} viewers")
+    updated = server.sessions.grant(session_id, grantee)
+    if updated is None:
+        raise ApiError(404, "not_found", "no such session")
+    return _json(_out(server, principal, updated))
+
+
+@router.delete("/{session_id}/viewers/{user_id}", response_model=SessionOut,
+               summary="Revoke a user's view (owner or admin)")
+def revoke_view(session_id: str, user_id: str, principal: Caller,
+                server: Server) -> AsciiJSONResponse:
+    session_for(server, principal, session_id, Action.MANAGE)
+    updated = server.sessions.revoke(session_id, user_id.strip())
+    if updated is None:
+        raise ApiError(404, "not_found", "no such session")
+    return _json(_out(server, principal, updated))
+
+
+@router.post("/{session_id}/turns", response_model=TurnOut,
+             summary="Drive: append a turn (owner or admin, MEM-9; MEM-1..14 semantics)")
+def append_turn(session_id: str, body: TurnBody, principal: Caller,
+                server: Server) -> AsciiJSONResponse:
+    record = session_for(server, principal, session_id, Action.DRIVE)
+    if record.status == "stopped":
+        raise ApiError(409, "conflict", "the session is stopped; reset it to drive it again")
+    messages = [m.model_dump(exclude_unset=True) for m in body.messages]
+    check_messages(messages, server.settings.limits)
+    window = body.max_messages or server.settings.session_window
+    context = session_context(record)
+    result = server.memory.append("session", TRANSCRIPT_KEY, messages, context=context,
+                                  max_messages=window)
+    page = server.memory.history("session", TRANSCRIPT_KEY, context=context,
+                                 last=server.settings.echo)
+    return _json({**result.to_dict(), "messages": positioned(page), "before": page.before})
+
+
+@router.post("/{session_id}/stop", response_model=SessionOut,
+             summary="Drive: stop the session (owner or admin, MEM-9)")
+def stop_session(session_id: str, principal: Caller,
+                 server: Server) -> AsciiJSONResponse:
+    session_for(server, principal, session_id, Action.DRIVE)
+    updated = server.sessions.set_status(session_id, "stopped")
+    if updated is None:
+        raise ApiError(404, "not_found", "no such session")
+    return _json(_out(server, principal, updated))
+
+
+@router.post("/{session_id}/reset", response_model=SessionOut,
+             summary="Drive: clear the session's memory and re-activate it (owner or admin)")
+def reset_session(session_id: str, principal: Caller,
+                  server: Server) -> AsciiJSONResponse:
+    record = session_for(server, principal, session_id, Action.DRIVE)
+    context = session_context(record)
+    after: str | None = None
+    while keys := server.memory.store.keys("session", record.id, after=after, limit=100):
+        for key in keys:
+            server.memory.delete("session", key, context=context)
+        after = keys[-1]
+    updated = server.sessions.set_status(session_id, "active")
+    if updated is None:
+        raise ApiError(404, "not_found", "no such session")
+    return _json(_out(server, principal, updated))
+
+
+@router.get("/{session_id}/messages", response_model=MessagePage,
+            summary="A page of the session's messages, oldest first (viewers too)")
+def list_messages(session_id: str, principal: Caller, server: Server,
+                  limit: PageSize = None, before: Cursor = None) -> AsciiJSONResponse:
+    record = session_for(server, principal, session_id, Action.VIEW)
+    page = server.memory.history("session", TRANSCRIPT_KEY, context=session_context(record),
+                                 last=_limit(server, limit), before=before)
+    return _json({"messages": positioned(page), "before": page.before})
+
+
+def _transcript(record: SessionRecord) -> StorageKey:
+    return StorageKey("session", resolve_scope("session", session_context(record)),
+                      TRANSCRIPT_KEY)
+
+
+@router.put("/{session_id}/messages/{position}", response_model=PositionedMessage,
+            summary="Replace one message (admin only, MEM-15)")
+def update_message(session_id: str, position: Position, body: EditBody, principal: Caller,
+                   server: Server) -> AsciiJSONResponse:
+    record = session_for(server, principal, session_id, Action.EDIT_MESSAGE)
+    raw = body.message.model_dump(exclude_unset=True)
+    check_messages([raw], server.settings.limits)
+    message = canonical_message(raw, where="message")
+    if not server.memory.store.edit(_transcript(record), position, message):
+        raise ApiError(404, "not_found", f"no message at position {position}")
+    return _json({"position": position, "message": message})
+
+
+@router.delete("/{session_id}/messages/{position}", response_model=PositionedMessage,
+               summary="Delete one message (admin only, MEM-15)")
+def delete_message(session_id: str, position: Position, principal: Caller,
+                   server: Server) -> AsciiJSONResponse:
+    record = session_for(server, principal, session_id, Action.EDIT_MESSAGE)
+    key = _transcript(record)
+    page = server.memory.store.history(key, last=1, before=position + 1)
+    if page.positions != [position] or not server.memory.store.edit(key, position, None):
+        raise ApiError(404, "not_found", f"no message at position {position}")
+    return _json({"position": position, "message": page.messages[0]})

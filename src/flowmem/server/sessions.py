@@ -1,0 +1,137 @@
+"""The session registry, persisted through the store's key-value API.
+
+Records live under the reserved scope (:mod:`flowmem.server.registry`):
+
+==========================  ======================  ==========================
+scope id                    key                     value
+==========================  ======================  ==========================
+``sessions``                session id              the :class:`SessionRecord`
+``owner/<user id>``         session id              ``true`` (list mine)
+``viewer/<user id>``        session id              ``true`` (shared with me)
+==========================  ======================  ==========================
+
+A session's conversation is an ordinary GR-MEM conversation: scope
+``session``, scope id the session id, key :data:`TRANSCRIPT_KEY`, appended
+through :meth:`flowmem.Memory.append` with the MEM-8 memory principal.
+Updates of a record are serialized by the store's per-key lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+import uuid
+from collections.abc import Callable
+from typing import Final
+
+from ..access import SessionRecord, memory_principal
+from ..errors import StoreBusy
+from ..scopes import ExecutionContext
+from ..store import Store
+from .registry import RESERVED_SCOPE, as_mapping, reserved
+
+__all__ = ["TRANSCRIPT_KEY", "SessionRegistry", "session_context"]
+
+TRANSCRIPT_KEY: Final = "transcript"
+_SESSIONS: Final = "sessions"
+_ID: Final = re.compile(r"[0-9a-f]{32}")
+_LOCK_TIMEOUT: Final = 5.0
+
+
+def session_context(session: SessionRecord, **ids: str | None) -> ExecutionContext:
+    """The execution context of a session-driven operation (MEM-8).
+
+    ``user_id`` is the session OWNER's id when it is a usable id (else the
+    ``user`` scope is refused), never the caller's; ``session_id`` is the
+    session's own id. ``ids`` are the workflow/pipeline/execution/node ids.
+    """
+    return ExecutionContext(user_id=memory_principal(session), session_id=session.id, **ids)
+
+
+class SessionRegistry:
+    """Create, load, update and list sessions in a store."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def create(self, owner: str | None, title: str) -> SessionRecord:
+        """A new session (server-made id) owned by ``owner`` (``None``: owner-less)."""
+        now = time.time()
+        record = SessionRecord(id=uuid.uuid4().hex, owner=owner, title=title,
+                               created_at=now, updated_at=now)
+        self._save(record)
+        if record.owner is not None:
+            self.store.write(reserved(f"owner/{record.owner}", record.id), True)
+        return record
+
+    def load(self, session_id: str) -> SessionRecord | None:
+        """The session, or ``None`` when the id is malformed, unknown or unreadable."""
+        if not isinstance(session_id, str) or not _ID.fullmatch(session_id):
+            return None
+        found, value = self.store.read(reserved(_SESSIONS, session_id))
+        record = as_mapping(value) if found else None
+        if record is None:
+            return None
+        try:
+            return SessionRecord.from_json(record)
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def update(self, session_id: str,
+               change: Callable[[SessionRecord], SessionRecord]) -> SessionRecord | None:
+        """Read-modify-write one record under its lock; ``None`` if it is gone."""
+        key = reserved(_SESSIONS, session_id)
+        with self.store.lock(key, _LOCK_TIMEOUT) as held:
+            if not held:
+                raise StoreBusy(f"session {session_id} stayed locked past {_LOCK_TIMEOUT}s")
+            current = self.load(session_id)
+            if current is None:
+                return None
+            changed = dataclasses.replace(change(current), updated_at=time.time())
+            self._save(changed)
+            return changed
+
+    def set_status(self, session_id: str, status: str) -> SessionRecord | None:
+        """Mark the session ``active`` or ``stopped``."""
+        return self.update(session_id, lambda r: dataclasses.replace(r, status=status))
+
+    def grant(self, session_id: str, viewer: str) -> SessionRecord | None:
+        """Let ``viewer`` view the session (never drive it, MEM-9)."""
+        updated = self.update(session_id, lambda r: dataclasses.replace(
+            r, viewers=r.viewers | {viewer}))
+        if updated is not None:
+            self.store.write(reserved(f"viewer/{viewer}", session_id), True)
+        return updated
+
+    def revoke(self, session_id: str, viewer: str) -> SessionRecord | None:
+        """Take view back from ``viewer``."""
+        updated = self.update(session_id, lambda r: dataclasses.replace(
+            r, viewers=r.viewers - {viewer}))
+        if updated is not None:
+            self.store.delete(reserved(f"viewer/{viewer}", session_id))
+        return updated
+
+    def listing(self, user_id: str, relation: str, *, after: str | None,
+                limit: int) -> tuple[list[SessionRecord], str | None]:
+        """Sessions ``user_id`` owns (``relation="owner"``) or may view (``"viewer"``).
+
+        Returns a page and the cursor of the next page (``None`` at the end).
+        Index entries whose record no longer says so are skipped.
+        """
+        ids = self.store.keys(RESERVED_SCOPE, f"{relation}/{user_id}",
+                              after=after, limit=limit + 1)
+        more = len(ids) > limit
+        ids = ids[:limit]
+        records = [r for r in map(self.load, ids) if r is not None and _relates(r, user_id,
+                                                                                 relation)]
+        return records, (ids[-1] if more and ids else None)
+
+    def _save(self, record: SessionRecord) -> None:
+        self.store.write(reserved(_SESSIONS, record.id), record.to_json())
+
+
+def _relates(record: SessionRecord, user_id: str, relation: str) -> bool:
+    if relation == "owner":
+        return record.owner == user_id
+    return user_id in record.viewers
