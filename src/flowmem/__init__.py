@@ -25,8 +25,19 @@ from .errors import (
     UnknownScope,
 )
 from .ids import usable_id
+from .memory import (
+    DeleteResult,
+    HistoryResult,
+    Memory,
+    ReadResult,
+    ScopedAppendResult,
+    WriteResult,
+)
 from .messages import HEALED_CONTENT, ROLES, Message, canonical_message, healed_placeholder
+from .nodes import assemble, text_to_message
+from .normalize import NormalizeResult, is_sendable, normalize, sendability_problems
 from .scopes import SCOPES, ExecutionContext, StorageKey, resolve_scope
+from .store import AppendOutcome, HistoryPage, Store
 
 __version__ = "0.1.0"
 
@@ -34,29 +45,44 @@ __all__ = [
     "HEALED_CONTENT",
     "ROLES",
     "SCOPES",
+    "AppendOutcome",
     "AppendResult",
     "ConversationBuffer",
+    "DeleteResult",
     "ExecutionContext",
     "FlowmemError",
+    "HistoryPage",
+    "HistoryResult",
     "InvalidInput",
     "InvalidMessage",
     "InvalidStoreURL",
     "InvalidValue",
     "KeyConflict",
+    "Memory",
     "Message",
     "MessageTypeError",
     "MissingDependency",
+    "NormalizeResult",
+    "ReadResult",
     "SchemaError",
     "ScopeRefused",
+    "ScopedAppendResult",
     "StorageKey",
+    "Store",
     "StoreBusy",
     "StoreError",
     "StoreUnavailable",
     "UnknownScope",
+    "WriteResult",
     "__version__",
     "append",
+    "assemble",
     "canonical_message",
     "healed_placeholder",
+    "is_sendable",
+    "normalize",
     "resolve_scope",
+    "sendability_problems",
+    "text_to_message",
     "usable_id",
 ]
