@@ -31,7 +31,7 @@ class World:
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     def call(self, role: str, method: str, path: str, body: Any = None,
-             **params: Any) -> Any:
+             params: dict[str, Any] | None = None) -> Any:
         """One request as ``role``; the body is sent as ASCII JSON (lone surrogates too)."""
         headers = self.headers(role)
         content = None
@@ -39,7 +39,7 @@ class World:
             headers["Content-Type"] = "application/json"
             content = json.dumps(body, ensure_ascii=True)
         return self.client.request(method, path, content=content, headers=headers,
-                                   params=params or None)
+                                   params=params)
 
     def token_for(self, user: str, *, admin: bool = False) -> str:
         return self.app.state.flowmem.tokens.create(user, admin=admin)
