@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -67,3 +73,30 @@ def make_world(store: str = "memory://", settings: Settings | None = None,
                           {"messages": [{"role": "user", "content": "hello"}]})
         assert turn.status_code == 200, turn.text
     return world
+
+
+def free_port() -> int:
+    """A TCP port free right now on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def live_server(app: FastAPI) -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a thread; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
