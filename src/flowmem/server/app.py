@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException
@@ -24,7 +24,7 @@ from ..errors import FlowmemError, InvalidInput, KeyConflict, StoreError
 from ..memory import Memory
 from . import routes_memory, routes_meta, routes_sessions
 from .auth import TokenBackend
-from .deps import ServerState
+from .deps import ServerState, strict_query
 from .limits import BodyLimits
 from .responses import ERROR_RESPONSES, ApiError, AsciiJSONResponse, ErrorBody, error_response
 from .sessions import SessionRegistry
@@ -108,6 +108,9 @@ def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
             operation.get("responses", {}).pop("422", None)
+            # The token is optional (anonymous callers) unless the operation needs an identity.
+            if operation.get("security") and not operation.pop("x-requires-identity", False):
+                operation["security"] = [*operation["security"], {}]
     app.openapi_schema = schema
     return schema
 
@@ -116,7 +119,8 @@ def create_app(memory: Memory, settings: Settings | None = None) -> FastAPI:
     """The ASGI app serving ``memory`` (see the module notes and ``docs/http.md``)."""
     settings = settings or Settings()
     app = FastAPI(title="flowmem", version=__version__, docs_url=None, redoc_url=None,
-                  default_response_class=AsciiJSONResponse, responses=ERROR_RESPONSES)
+                  default_response_class=AsciiJSONResponse, responses=ERROR_RESPONSES,
+                  dependencies=[Depends(strict_query)])
     app.state.flowmem = ServerState(memory=memory, tokens=TokenBackend(memory.store),
                                     sessions=SessionRegistry(memory.store), settings=settings)
     for module in (routes_meta, routes_sessions, routes_memory):

@@ -16,7 +16,7 @@ from .sessions import SessionRegistry
 from .settings import Settings
 
 __all__ = ["Caller", "Identified", "Server", "ServerState", "caller", "identified", "positioned",
-           "session_for", "state"]
+           "session_for", "state", "strict_query"]
 
 _bearer = HTTPBearer(auto_error=False, scheme_name="bearer",
                      description="`Authorization: Bearer <token>` from `flowmem token create`. "
@@ -62,6 +62,25 @@ Identified = Annotated[Principal, Depends(identified)]
 """The caller, who must have an identity."""
 Server = Annotated[ServerState, Depends(state)]
 """The app's state."""
+
+
+def _query_names(dependant: Any) -> set[str]:
+    names = {param.alias for param in dependant.query_params}
+    for child in dependant.dependencies:
+        names |= _query_names(child)
+    return names
+
+
+def strict_query(request: Request) -> None:
+    """Unknown query parameters are refused (400), like unknown body fields."""
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None or not request.query_params:
+        return
+    unknown = set(request.query_params) - _query_names(dependant)
+    if unknown:
+        raise ApiError(400, "invalid_request",
+                       f"unknown query parameter(s): {', '.join(sorted(map(repr, unknown)))}")
 
 
 def session_for(server: ServerState, principal: Principal, session_id: str,

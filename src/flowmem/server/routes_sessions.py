@@ -57,7 +57,10 @@ def _limit(server: ServerState, limit: int | None) -> int:
     return min(limit or server.settings.page_size, server.settings.max_page_size)
 
 
-@router.post("", status_code=201, response_model=SessionOut,
+NEEDS_IDENTITY = {"x-requires-identity": True}
+
+
+@router.post("", status_code=201, response_model=SessionOut, openapi_extra=NEEDS_IDENTITY,
              summary="Create a session owned by the caller (owner_less: admin only)")
 def create_session(body: SessionCreate, principal: Identified,
                    server: Server) -> AsciiJSONResponse:
@@ -70,7 +73,8 @@ def create_session(body: SessionCreate, principal: Identified,
     return _json(_out(server, principal, record), 201)
 
 
-@router.get("", response_model=SessionList, summary="List the sessions I own (or may view)")
+@router.get("", response_model=SessionList, openapi_extra=NEEDS_IDENTITY,
+            summary="List the sessions I own (or may view)")
 def list_sessions(principal: Identified, server: Server, role: Role = "owner",
                   after: After = None, limit: PageSize = None) -> AsciiJSONResponse:
     assert principal.user_id is not None
