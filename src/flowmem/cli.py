@@ -9,6 +9,8 @@ prints it once. Both open the store a URL names (``--store``; default
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import click
@@ -51,9 +53,16 @@ def serve(store: str | None, host: str, port: int, log_level: str) -> None:
         missing = MissingDependency(getattr(exc, "name", None) or "fastapi", "server")
         raise click.ClickException(str(missing)) from None
     memory = _memory(store)
+    app = create_app(memory)
+
+    @asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[None]:
+        yield
+        memory.close()  # graceful shutdown (SIGTERM, SIGINT): uvicorn then re-raises the signal
+
+    app.router.lifespan_context = lifespan
     try:
-        config: dict[str, Any] = {"host": host, "port": port, "log_level": log_level}
-        uvicorn.run(create_app(memory), **config)
+        uvicorn.run(app, host=host, port=port, log_level=log_level)
     finally:
         memory.close()
 

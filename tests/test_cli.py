@@ -1,0 +1,61 @@
+"""The ``flowmem`` command: token create (printed once, stored hashed) and serve's options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from flowmem.cli import main
+from flowmem.server.auth import TokenBackend
+from flowmem.stores import open_store
+
+
+def test_token_create_prints_a_token_stored_hashed(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    result = CliRunner().invoke(main, ["token", "create", "--user", "alice", "--store", url])
+    assert result.exit_code == 0, result.output
+    token = result.output.strip()
+    assert token.startswith("fm_") and len(token) > 30
+    store = open_store(url)
+    try:
+        principal = TokenBackend(store).lookup(token)
+        assert principal is not None and principal.user_id == "alice" and not principal.admin
+    finally:
+        store.close()
+    assert token.encode() not in (tmp_path / "m.db").read_bytes()
+
+
+def test_token_create_admin_uses_flowmem_store_env(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'env.db'}"
+    result = CliRunner().invoke(main, ["token", "create", "--user", "root", "--admin"],
+                                env={"FLOWMEM_STORE": url})
+    assert result.exit_code == 0, result.output
+    store = open_store(url)
+    try:
+        principal = TokenBackend(store).lookup(result.output.strip())
+        assert principal is not None and principal.admin
+    finally:
+        store.close()
+
+
+def test_token_create_refuses_an_unusable_user() -> None:
+    for user in ("", "  ", "0"):
+        result = CliRunner().invoke(main, ["token", "create", "--user", user,
+                                           "--store", "memory://"])
+        assert result.exit_code != 0 and "usable id" in result.output
+
+
+def test_bad_store_url_is_a_clean_error() -> None:
+    result = CliRunner().invoke(main, ["token", "create", "--user", "a", "--store", "nope://x"])
+    assert result.exit_code != 0 and "unknown store scheme" in result.output
+    result = CliRunner().invoke(main, ["serve", "--store", "nope://x"])
+    assert result.exit_code != 0 and "unknown store scheme" in result.output
+
+
+def test_serve_help_lists_its_options() -> None:
+    result = CliRunner().invoke(main, ["serve", "--help"])
+    assert result.exit_code == 0
+    for option in ("--store", "--host", "--port"):
+        assert option in result.output
+    assert "127.0.0.1" in result.output and "8080" in result.output
