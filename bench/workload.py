@@ -1,0 +1,221 @@
+"""One seeded workload of realistic agent conversations, as OpenAI Chat dicts.
+
+The workload is an endless, deterministic stream of messages; a conversation
+of length N is its first N messages (so every length is a prefix of the
+longer ones, and every contender sees exactly the same messages). Each turn:
+
+1. a ``user`` message;
+2. an ``assistant`` turn declaring 1-3 tool calls (``content: None``, OpenAI
+   ``tool_calls`` entries ``{"id", "type": "function", "function": {...}}``);
+3. their ``tool`` results;
+4. sometimes (30 %) a second tool round of 1-2 calls and their results;
+5. a final ``assistant`` answer.
+
+Faults, as agents really produce them:
+
+* about 5 % of tool results are **re-fired** (the same ``tool_call_id`` sent
+  again): half at once, right after the first copy, half after the final
+  answer (a retried tool whose first reply was not acknowledged);
+* about 4 % of turns are **interrupted**: the last tool round loses at least
+  one result and the turn has no final answer before the next ``user``
+  message; a third of those lost results arrive **late**, right after that
+  next user message (a slow tool finishing after the user moved on).
+
+A provider rejects a history holding a re-fired result (answered twice), an
+interrupted call (declared, never answered in its block) or a late result (a
+result outside the block of the turn that declared it).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import string
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from itertools import islice
+from typing import Any
+
+__all__ = [
+    "DEFAULT_SEED",
+    "INTERRUPT_RATE",
+    "REFIRE_RATE",
+    "WorkloadStats",
+    "conversation",
+    "rest_of_turn",
+    "stats",
+    "stream",
+]
+
+DEFAULT_SEED = 20240611
+REFIRE_RATE = 0.05
+INTERRUPT_RATE = 0.04
+SECOND_ROUND_RATE = 0.30
+LATE_RATE = 1 / 3
+
+Message = dict[str, Any]
+
+_TOOLS: dict[str, tuple[str, ...]] = {
+    "search_web": ("query", "max_results"),
+    "get_weather": ("city", "unit"),
+    "read_file": ("path",),
+    "run_sql": ("query",),
+    "http_get": ("url",),
+    "list_calendar": ("day", "calendar"),
+    "send_email": ("to", "subject", "body"),
+}
+_TOPICS = (
+    "the quarterly revenue report", "our staging deploy", "the flaky CI job",
+    "the weather in Lisbon next week", "the customer ticket #4411", "the pricing page",
+    "the onboarding checklist", "last night's on-call incident", "the Postgres migration",
+    "the marketing budget", "the API rate limits", "the new hire's laptop order",
+)
+_VERBS = (
+    "Can you summarise", "Please check", "What is the status of", "Find everything about",
+    "Compare this week and last week for", "Draft a short note about", "Why did we miss",
+)
+_WORDS = (
+    "latency", "region", "invoice", "deploy", "rollback", "customer", "quota", "shard",
+    "metric", "alert", "budget", "forecast", "ticket", "release", "schema", "index",
+    "timeout", "retry", "cache", "owner", "deadline", "summary", "draft", "approval",
+)
+
+
+def _text(rng: random.Random, low: int, high: int) -> str:
+    """Prose-like text of a length drawn between ``low`` and ``high`` characters."""
+    target = int(rng.triangular(low, high, low + (high - low) / 4))
+    parts: list[str] = []
+    size = 0
+    while size < target:
+        word = rng.choice(_WORDS)
+        parts.append(word)
+        size += len(word) + 1
+    return " ".join(parts).capitalize() + "."
+
+
+def _call_id(rng: random.Random) -> str:
+    return "call_" + "".join(rng.choices(string.ascii_letters + string.digits, k=24))
+
+
+def _call(rng: random.Random) -> dict[str, Any]:
+    name = rng.choice(sorted(_TOOLS))
+    args = {arg: _text(rng, 8, 40) for arg in _TOOLS[name]}
+    return {"id": _call_id(rng), "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)}}
+
+
+def _result(rng: random.Random, call_id: str) -> Message:
+    payload = {"ok": True, "items": [_text(rng, 30, 120) for _ in range(rng.randint(1, 6))]}
+    return {"role": "tool", "tool_call_id": call_id, "content": json.dumps(payload)}
+
+
+def _turns(rng: random.Random) -> Iterator[list[Message]]:
+    """Turns as lists of messages; late results are prepended after the next user message."""
+    late: list[Message] = []
+    while True:
+        turn: list[Message] = [{
+            "role": "user",
+            "content": f"{rng.choice(_VERBS)} {rng.choice(_TOPICS)}? " + _text(rng, 20, 200),
+        }]
+        turn += late
+        late = []
+        rounds = 2 if rng.random() < SECOND_ROUND_RATE else 1
+        interrupted = rng.random() < INTERRUPT_RATE
+        after_answer: list[Message] = []
+        for number in range(1, rounds + 1):
+            calls = [_call(rng) for _ in range(rng.randint(1, 3 if number == 1 else 2))]
+            turn.append({"role": "assistant", "content": None, "tool_calls": calls})
+            lost: set[int] = set()
+            if interrupted and number == rounds:
+                lost = {i for i in range(len(calls)) if rng.random() < 0.5}
+                lost.add(rng.randrange(len(calls)))
+            for index, call in enumerate(calls):
+                result = _result(rng, call["id"])
+                if index in lost:
+                    if rng.random() < LATE_RATE:
+                        late.append(result)
+                    continue
+                turn.append(result)
+                if rng.random() < REFIRE_RATE:
+                    if rng.random() < 0.5:
+                        turn.append(dict(result))  # re-fired at once
+                    else:
+                        after_answer.append(dict(result))  # re-fired after the answer
+        if not interrupted:
+            turn.append({"role": "assistant", "content": _text(rng, 150, 900)})
+        turn += after_answer
+        yield turn
+
+
+def stream(seed: int = DEFAULT_SEED) -> Iterator[Message]:
+    """The endless message stream of the workload (fresh dicts every call)."""
+    rng = random.Random(seed)
+    for turn in _turns(rng):
+        yield from turn
+
+
+def conversation(length: int, seed: int = DEFAULT_SEED) -> list[Message]:
+    """The first ``length`` messages of the stream."""
+    return list(islice(stream(seed), length))
+
+
+def rest_of_turn(messages: list[Message], start: int) -> int:
+    """The index of the first ``user`` message at or after ``start`` (``len`` if none)."""
+    for index in range(start, len(messages)):
+        if messages[index]["role"] == "user":
+            return index
+    return len(messages)
+
+
+@dataclass
+class WorkloadStats:
+    """What a prefix of the stream holds (what a store that keeps everything would show)."""
+
+    messages: int = 0
+    user_turns: int = 0
+    calls: int = 0
+    results: int = 0
+    refired: int = 0
+    unanswered_calls: int = 0
+    late_results: int = 0
+    by_role: dict[str, int] = field(default_factory=dict)
+
+
+def stats(messages: list[Message]) -> WorkloadStats:
+    """Count turns, calls, re-fires, interrupted calls and late results in ``messages``."""
+    out = WorkloadStats(messages=len(messages))
+    answered: set[str] = set()
+    declared_at: dict[str, int] = {}
+    last_user = -1
+    for index, message in enumerate(messages):
+        role = message["role"]
+        out.by_role[role] = out.by_role.get(role, 0) + 1
+        if role == "user":
+            out.user_turns += 1
+            last_user = index
+        elif role == "assistant":
+            for call in message.get("tool_calls") or ():
+                declared_at[call["id"]] = index
+                out.calls += 1
+        elif role == "tool":
+            call = message["tool_call_id"]
+            if call in answered:
+                out.refired += 1
+            else:
+                answered.add(call)
+                out.results += 1
+                if declared_at.get(call, -1) < last_user:
+                    out.late_results += 1
+    out.unanswered_calls = sum(1 for call, at in declared_at.items()
+                               if call not in answered or _late(messages, call, at))
+    return out
+
+
+def _late(messages: list[Message], call: str, declared: int) -> bool:
+    """Whether ``call``'s first result comes only after a later user message."""
+    for message in messages[declared + 1:]:
+        if message["role"] == "user":
+            return True
+        if message["role"] == "tool" and message["tool_call_id"] == call:
+            return False
+    return False
