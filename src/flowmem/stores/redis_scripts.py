@@ -1,0 +1,306 @@
+"""The Lua scripts of the Redis store, and the layout of its keys.
+
+One conversation buffer lives under keys that share one hash tag, so they
+sit on one Redis Cluster slot and one script may touch them all::
+
+    {P:scope:scope_id:key}:v      string  a plain value (JSON text), or absent
+    {P:scope:scope_id:key}:meta   hash    ver (a random token), count, next
+    {P:scope:scope_id:key}:pos    zset    position -> position (the order)
+    {P:scope:scope_id:key}:body   hash    position -> message (JSON text)
+    {P:scope:scope_id:key}:info   hash    position -> "T<id>" result, "T" other tool,
+                                          "A<id>\\0<id>..." declaring turn
+    {P:scope:scope_id:key}:res    hash    id -> position of its result ("h" prefix:
+                                          a healed placeholder)        (sql: the
+                                          UNIQUE (buffer, result_id) index)
+    {P:scope:scope_id:key}:calls  hash    id -> "turn:ord,turn:ord"  (every declaration)
+    {P:scope:scope_id:key}:pend   hash    id -> "turn:ord"           (unanswered calls)
+    {P:scope:scope_id:key}:lock   string  the MEM-12 lock token (SET NX PX)
+    P:idx:scope:scope_id          zset    key names, for listing keys
+
+Each name component is percent-escaped (``%``, ``:``, ``{``, ``}``), so the
+layout is injective and a key never breaks out of its hash tag.
+
+:data:`APPLY` executes one :class:`~flowmem.plan.AppendPlan` — the same
+statements :mod:`flowmem.stores.sql` runs, as Redis commands — after checking
+that the buffer's version is still the one the plan was made against. It
+parses and checks all of its input, and the type of every key, before its
+first write: Redis does not roll a script back, so a script that can fail
+must fail before it writes anything.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["APPLY", "BUFFER_PARTS", "HISTORY", "READ", "RELEASE", "WRITE"]
+
+BUFFER_PARTS: Final = ("v", "meta", "pos", "body", "info", "res", "calls", "pend", "lock")
+"""The suffixes of one buffer's keys, in the order every script takes them."""
+
+_PRELUDE: Final = r"""
+local function s(n) return string.format('%d', n) end
+local TYPES = {'string', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'string'}
+for i = 1, #KEYS do
+  local t = redis.call('TYPE', KEYS[i])['ok']
+  if t ~= 'none' and t ~= TYPES[i] then
+    return redis.error_reply('WRONGTYPE flowmem key ' .. KEYS[i] .. ' holds a ' .. t)
+  end
+end
+"""
+
+APPLY: Final = "#!lua\n" + _PRELUDE + r"""
+-- KEYS: the nine BUFFER_PARTS.  ARGV: 1 version the plan was made against
+-- ("" = no buffer yet), 2 the new version, 3 the lock token to release ("" =
+-- none), 4 SLOT, 5 max_messages ("" = unbounded), then the operations:
+--   A role body answers healed(0/1) ndeclares id... nopens (id ord)...
+--   R id body
+--   H p|n turn count (id placeholder-body)...
+local V, META, POS, BODY, INFO, RES, CALLS, PEND, LOCK =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local function release()
+  if ARGV[3] ~= '' and redis.call('GET', LOCK) == ARGV[3] then redis.call('DEL', LOCK) end
+end
+if redis.call('EXISTS', V) == 1 then release() return {'value'} end
+if (redis.call('HGET', META, 'ver') or '') ~= ARGV[1] then return {'conflict'} end
+
+-- parse everything first: nothing below the parser may fail
+local function num(i)
+  local n = tonumber(ARGV[i])
+  if n == nil then error('flowmem: bad plan argument ' .. i) end
+  return n
+end
+local slot, window = num(4), nil
+if ARGV[5] ~= '' then window = num(5) end
+local ops, i, sure = {}, 6, {}
+while i <= #ARGV do
+  local kind = ARGV[i]
+  if kind == 'A' then
+    local op = {kind = 'A', role = ARGV[i + 1], body = ARGV[i + 2], answers = ARGV[i + 3],
+                healed = ARGV[i + 4], declares = {}, opens = {}}
+    local n = num(i + 5)
+    for k = 1, n do op.declares[k] = ARGV[i + 5 + k] end
+    i = i + 6 + n
+    n = num(i)
+    for k = 1, n do op.opens[k] = {ARGV[i + 2 * k - 1], num(i + 2 * k)} end
+    i = i + 1 + 2 * n
+    sure[#sure + 1] = op.answers == ''  -- an entry that is not a result is always added
+    ops[#ops + 1] = op
+  elseif kind == 'R' then
+    ops[#ops + 1] = {kind = 'R', id = ARGV[i + 1], body = ARGV[i + 2]}
+    i = i + 3
+  elseif kind == 'H' then
+    local op = {kind = 'H', ref = ARGV[i + 1], turn = num(i + 2), ids = {}, bodies = {}}
+    if op.ref == 'n' and not sure[op.turn + 1] then error('flowmem: bad turn reference') end
+    local n = num(i + 3)
+    for k = 1, n do op.ids[k], op.bodies[k] = ARGV[i + 2 + 2 * k], ARGV[i + 3 + 2 * k] end
+    i = i + 4 + 2 * n
+    ops[#ops + 1] = op
+  else
+    error('flowmem: bad plan operation at argument ' .. i)
+  end
+end
+if i ~= #ARGV + 1 then error('flowmem: truncated plan') end
+
+local count = tonumber(redis.call('HGET', META, 'count') or '0')
+local nextpos = tonumber(redis.call('HGET', META, 'next') or '0')
+local appended, added = 0, {}
+
+local function put(p, body, info)
+  redis.call('ZADD', POS, p, p)
+  redis.call('HSET', BODY, p, body)
+  if info then redis.call('HSET', INFO, p, info) end
+end
+
+-- the result upsert of sql._UPSERT_RESULT: write at p when the id has no result;
+-- overwrite a healed placeholder in place when this one is real; else nothing
+local function upsert(id, p, body, healed)
+  local held = redis.call('HGET', RES, id)
+  if not held then
+    put(p, body, 'T' .. id)
+    redis.call('HSET', RES, id, (healed == '1' and 'h' or '') .. p)
+    redis.call('HDEL', PEND, id)
+    return true
+  end
+  if string.sub(held, 1, 1) == 'h' and healed == '0' then
+    local at = string.sub(held, 2)
+    redis.call('HSET', BODY, at, body)
+    redis.call('HSET', RES, id, at)
+  end
+  return false
+end
+
+local function add(op, p)
+  if op.answers ~= '' then
+    return upsert(op.answers, p, op.body, op.healed)
+  end
+  local info = nil
+  if op.role == 'tool' then info = 'T' end
+  if #op.declares > 0 then info = 'A' .. table.concat(op.declares, '\0') end
+  put(p, op.body, info)
+  for k, id in ipairs(op.declares) do
+    local old = redis.call('HGET', CALLS, id)
+    local entry = p .. ':' .. s(k - 1)
+    redis.call('HSET', CALLS, id, old and (old .. ',' .. entry) or entry)
+  end
+  for _, open in ipairs(op.opens) do
+    redis.call('HSETNX', PEND, open[1], p .. ':' .. s(open[2]))
+  end
+  return true
+end
+
+local function heal(turn, ids, bodies)
+  -- after the turn's block: the consecutive tool entries that follow it
+  local base, from, done = turn, '(' .. s(turn), false
+  while not done do
+    local nxt = redis.call('ZRANGEBYSCORE', POS, from, '+inf', 'LIMIT', 0, 32)
+    if #nxt == 0 then break end
+    for _, p in ipairs(nxt) do
+      local info = redis.call('HGET', INFO, p)
+      if info and string.sub(info, 1, 1) == 'T' then base = tonumber(p) else done = true break end
+    end
+    from = '(' .. nxt[#nxt]
+  end
+  for k, id in ipairs(ids) do
+    local p = s(base + k)
+    put(p, bodies[k], 'T' .. id)
+    redis.call('HSET', RES, id, 'h' .. p)
+    redis.call('HDEL', PEND, id)
+  end
+  return #ids
+end
+
+local ordinal = 0
+for _, op in ipairs(ops) do
+  if op.kind == 'A' then
+    if add(op, s(nextpos)) then
+      added[ordinal] = nextpos
+      nextpos, count, appended = nextpos + slot, count + 1, appended + 1
+    end
+    ordinal = ordinal + 1
+  elseif op.kind == 'R' then
+    if upsert(op.id, s(nextpos), op.body, '0') then
+      nextpos, count, appended = nextpos + slot, count + 1, appended + 1
+    end
+  else
+    local turn = op.turn
+    if op.ref == 'n' then turn = added[op.turn] end
+    count = count + heal(turn, op.ids, op.bodies)
+  end
+end
+
+-- the window, exactly as flowmem.buffer defines it (sql._evict)
+local function turns_of(id)
+  local out, v = {}, redis.call('HGET', CALLS, id)
+  if v then
+    for t, o in string.gmatch(v, '(%d+):(%d+)') do out[#out + 1] = {tonumber(t), o} end
+  end
+  return out
+end
+local function drop(p)
+  redis.call('ZREM', POS, p)
+  redis.call('HDEL', BODY, p)
+  redis.call('HDEL', INFO, p)
+end
+if window and count > window then
+  local excess = count - window
+  local victims = redis.call('ZRANGE', POS, 0, excess - 1)
+  local cutoff = tonumber(victims[#victims])
+  local affected, declared = {}, {}
+  for _, p in ipairs(victims) do
+    local info = redis.call('HGET', INFO, p)
+    if info and string.sub(info, 1, 1) == 'T' and #info > 1 then
+      local id = string.sub(info, 2)
+      affected[id] = true
+      local held = redis.call('HGET', RES, id)
+      if held and string.gsub(held, '^h', '') == p then redis.call('HDEL', RES, id) end
+    elseif info and string.sub(info, 1, 1) == 'A' then
+      for id in string.gmatch(string.sub(info, 2), '[^%z]+') do declared[id] = true end
+    end
+    drop(p)
+  end
+  local removed = excess
+  for id in pairs(declared) do
+    local keep = {}
+    for _, t in ipairs(turns_of(id)) do
+      if t[1] > cutoff then keep[#keep + 1] = s(t[1]) .. ':' .. t[2] end
+    end
+    if #keep > 0 then
+      redis.call('HSET', CALLS, id, table.concat(keep, ','))
+    else
+      redis.call('HDEL', CALLS, id)
+      local held = redis.call('HGET', RES, id)
+      if held then
+        drop((string.gsub(held, '^h', '')))
+        redis.call('HDEL', RES, id)
+        removed = removed + 1
+      end
+    end
+    affected[id] = true
+  end
+  for id in pairs(affected) do
+    redis.call('HDEL', PEND, id)
+    local first = nil
+    for _, t in ipairs(turns_of(id)) do
+      if first == nil or t[1] < first[1] then first = t end
+    end
+    if first and redis.call('HEXISTS', RES, id) == 0 then
+      redis.call('HSET', PEND, id, s(first[1]) .. ':' .. first[2])
+    end
+  end
+  count = count - removed
+end
+
+redis.call('HSET', META, 'ver', ARGV[2], 'count', s(count), 'next', s(nextpos))
+release()
+return {'ok', count, appended}
+"""
+
+READ: Final = r"""#!lua flags=no-writes
+-- the whole key: {'v', value} | {'b', body...} | {'none'}
+local value = redis.call('GET', KEYS[1])
+if value then return {'v', value} end
+if redis.call('EXISTS', KEYS[2]) == 0 then return {'none'} end
+local out, positions = {'b'}, redis.call('ZRANGE', KEYS[3], 0, -1)
+for k = 1, #positions, 1000 do
+  local chunk = redis.call('HMGET', KEYS[4], unpack(positions, k, math.min(k + 999, #positions)))
+  for _, body in ipairs(chunk) do out[#out + 1] = body end
+end
+return out
+"""
+
+HISTORY: Final = r"""#!lua flags=no-writes
+-- ARGV: 1 last ("" = all), 2 before ("" = none).  Returns {more, pos, body, pos, body...}
+local upper = '+inf'
+if ARGV[2] ~= '' then upper = '(' .. ARGV[2] end
+local positions, more = nil, 0
+if ARGV[1] == '' then
+  positions = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', upper)
+else
+  local last = tonumber(ARGV[1])
+  local newest = redis.call('ZREVRANGEBYSCORE', KEYS[3], upper, '-inf', 'LIMIT', 0, last + 1)
+  if #newest > last then more = 1 end
+  positions = {}
+  for k = math.min(last, #newest), 1, -1 do positions[#positions + 1] = newest[k] end
+end
+local out = {more}
+for k = 1, #positions, 1000 do
+  local chunk = redis.call('HMGET', KEYS[4], unpack(positions, k, math.min(k + 999, #positions)))
+  for j, body in ipairs(chunk) do
+    out[#out + 1] = positions[k + j - 1]
+    out[#out + 1] = body
+  end
+end
+return out
+"""
+
+WRITE: Final = r"""#!lua
+-- a plain value replaces whatever the key held (ARGV[1]: JSON text)
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+redis.call('SET', KEYS[1], ARGV[1])
+return 1
+"""
+
+RELEASE: Final = r"""#!lua
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
