@@ -87,7 +87,7 @@ __all__ = ["RedisStore"]
 
 _T = TypeVar("_T")
 _POLL_START: Final = 0.0005
-_POLL_MAX: Final = 0.01
+_POLL_MAX: Final = 0.005
 _EDIT_LOCK_WAIT: Final = 30.0
 
 
