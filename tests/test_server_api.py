@@ -357,3 +357,13 @@ def test_openapi_documents_limits_refusal_and_no_422(world: World) -> None:
     assert "refused: true" in schema["info"]["description"]
     assert "nesting depth" in schema["info"]["description"]
     assert "At most 100 messages per append" in text
+
+
+def test_mem15_message_of_an_unloadable_session_is_denied(world: World) -> None:
+    sid = world.session_id
+    world.memory.store.write(reserved("sessions", sid), "not a session record")
+    edit = {"message": {"role": "user", "content": "x"}}
+    for role in ("admin", "owner"):
+        assert world.call(role, "PUT", f"/v1/sessions/{sid}/messages/0", edit).status_code == 404
+        assert world.call(role, "DELETE", f"/v1/sessions/{sid}/messages/0").status_code == 404
+        assert world.call(role, "GET", f"/v1/sessions/{sid}/messages").status_code == 404

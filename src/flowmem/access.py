@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any
 
 from .ids import usable_id
 
@@ -45,9 +45,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("flowmem")
-
-SESSION_STATUSES: Final = ("active", "stopped")
-
 
 class Action(StrEnum):
     """What a caller wants to do to a session (the rows of the access table)."""

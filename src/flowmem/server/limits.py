@@ -27,7 +27,11 @@ _NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in _BRACKETS)
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """The limits one app enforces (all documented in ``/openapi.json``)."""
+    """The limits one app enforces (all documented in ``/openapi.json``).
+
+    The schema also caps ``messages`` at the default of 100 per append, so
+    ``max_messages_per_append`` can lower that limit, not raise it.
+    """
 
     max_body_bytes: int = 1_048_576
     max_json_depth: int = 32

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Query
 
 from ..access import Action, Principal, SessionRecord, authorize
+from ..ids import usable_id
 from ..messages import canonical_message
 from ..scopes import StorageKey, resolve_scope
 from .deps import Caller, Identified, Server, ServerState, positioned, session_for
@@ -95,9 +96,9 @@ def get_session(session_id: str, principal: Caller,
 def grant_view(session_id: str, body: GrantBody, principal: Caller,
                server: Server) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.MANAGE)
-    grantee = body.user_id.strip()
-    if not grantee or grantee == "0":
-        raise ApiError(400, "invalid_request", "user_id must be a usable id")
+    grantee = usable_id(body.user_id)
+    if grantee is None:
+        raise ApiError(400, "invalid_request", "user_id must be a usable id (not blank, not 0)")
     if grantee not in record.viewers and len(record.viewers) >= server.settings.max_viewers:
         raise ApiError(400, "invalid_request",
                        f"a session has at most {server.settings.max_viewers} viewers")
