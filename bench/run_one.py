@@ -145,6 +145,7 @@ class Trial:
         self.windows = QUICK_WINDOWS if quick else WINDOWS
         self.size = min(50, max(10, length // 20)) if self.short else 50
         self.seed = seed
+        self.quick = quick
         self.out: dict[str, Any] = {"contender": name, "length": length}
         self.per_message: list[float] = []
         self.position = length
@@ -183,7 +184,8 @@ class Trial:
         if self.cls.persistent:
             store.close()
             store.open(self.directory)
-            self.out["warm_up"] = _warm_up(store, self.directory, self.warm_items)
+            self.out["warm_up"] = _warm_up(store, self.directory, self.warm_items,
+                                           budget=2.0 if self.quick else 15.0)
         self.writes = getattr(store, "write_stats", None)
 
     def calibrate(self) -> None:

@@ -20,7 +20,8 @@ this module then walks it once and counts:
     problem: what makes an interrupted history sendable again).
 
 ``problems`` is, as a cross-check, the number of breaches flowmem's own
-:func:`flowmem.normalize.sendability_problems` reports on the same list.
+:func:`flowmem.normalize.sendability_problems` reports on the same list
+(``content: null`` read as ``""``, as provider SDKs send it).
 A history is **sendable** when ``problems`` is 0.
 """
 
@@ -92,8 +93,10 @@ def count(history: Iterable[Mapping[str, Any]]) -> Sendability:
         if message.get("role") == "assistant":
             block = dict.fromkeys(_call_ids(message), False)
     dangling += close()
+    # content null on a tool-calling turn is what provider SDKs send: read it as ""
+    as_sent = [{**m, "content": ""} if m.get("content") is None else m for m in messages]
     return Sendability(len(messages), duplicates, dangling, orphans, healed,
-                       len(sendability_problems(messages)))
+                       len(sendability_problems(as_sent)))
 
 
 def canonical_to_openai(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

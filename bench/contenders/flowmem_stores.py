@@ -8,11 +8,18 @@ per call — the full MEM-1..14 path a runtime takes. ``read_all`` is
 
 The server backends (PostgreSQL, Redis, HTTP) were being written while this
 benchmark was; each is detected at run time and reported as "not available
-yet" when its module is missing or its server does not answer.
+yet" when its module is missing (or "not available" when its server does
+not answer).
 """
 
 from __future__ import annotations
 
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -116,9 +123,6 @@ class _FlowmemServer(_Flowmem):
     module: ClassVar[str] = ""
     server_url: ClassVar[str] = ""
     persistent = False  # nothing under workdir; the server keeps it
-    max_length = 10_000
-    max_length_reason = ("a network round trip per prefilled batch makes 100,000 slow; "
-                         "the append cost is already flat by 10,000")
     notes = "Prefilled in batches of 200 messages per append call; the timed appends are single."
 
     @classmethod
@@ -165,15 +169,80 @@ class FlowmemRedis(_FlowmemServer):
     server_url = REDIS_URL
 
 
-class FlowmemHTTP(_FlowmemServer):
+class FlowmemHTTP(_Flowmem):
+    """``flowmem serve`` on a SQLite file, driven over HTTP with one keep-alive client."""
+
     name = "flowmem-http"
-    label = "flowmem over HTTP (flowmem serve)"
-    durability = "as its store"
-    module = "flowmem.server"
+    label = "flowmem over HTTP (flowmem serve, sqlite://)"
+    durability = "its store: WAL, synchronous=FULL (flowmem's default)"
+    notes = ("A real `flowmem serve` process on 127.0.0.1; `POST /v1/memory/append` under the "
+             "`global` scope, one message per request (each response also echoes the newest "
+             "50 messages, as the API does); the full read is `POST /v1/memory/read`, and the "
+             "memory API has no last-N read, so the last 50 are sliced from it. Prefilled in "
+             "requests of 100 messages against a `synchronous=off` server, then restarted at "
+             "FULL. RSS and CPU of the server process are not in this process's figures.")
 
     @classmethod
     def unavailable(cls) -> str | None:
-        if missing_modules(cls.module):
-            return f"not available yet ({cls.module} does not exist)"
-        return ("not measured: flowmem.server exists, but flowmem had no HTTP client or "
-                "store URL when this benchmark was written (issue #5 benchmarks the HTTP API)")
+        if missing_modules("flowmem.server"):
+            return "not available yet (flowmem.server does not exist)"
+        return missing_modules("fastapi", "uvicorn", "httpx")
+
+    def open(self, workdir: Path, *, bulk: bool = False) -> None:
+        import httpx
+
+        self.workdir = workdir
+        store = f"sqlite:///{workdir / 'flowmem.db'}?synchronous={'off' if bulk else 'full'}"
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        command = [shutil.which("flowmem") or "", "serve"] if shutil.which("flowmem") else [
+            sys.executable, "-m", "flowmem.cli", "serve"]
+        self.process = subprocess.Popen(
+            [*command, "--store", store, "--port", str(port), "--log-level", "warning"],
+            cwd=workdir)
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if self.client.get("/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                self.close()
+                raise RuntimeError("flowmem serve did not come up")
+            time.sleep(0.05)
+
+    def _post(self, path: str, body: dict[str, Any]) -> Any:
+        response = self.client.post(path, json=body)
+        response.raise_for_status()
+        return response.json()
+
+    def prefill(self, conversation: str, items: Sequence[Any]) -> None:
+        for start in range(0, len(items), 100):
+            self._post("/v1/memory/append", {"scope": "global", "key": conversation,
+                                             "messages": list(items[start:start + 100])})
+
+    def append(self, conversation: str, item: Any) -> None:
+        self._post("/v1/memory/append",
+                   {"scope": "global", "key": conversation, "messages": [item]})
+
+    def read_all(self, conversation: str) -> Any:
+        return self._post("/v1/memory/read",
+                          {"scope": "global", "key": conversation})["value"] or []
+
+    def read_last(self, conversation: str, n: int) -> Any:
+        return self.read_all(conversation)[-n:]
+
+    def close(self) -> None:
+        client, process = getattr(self, "client", None), getattr(self, "process", None)
+        if client is not None:
+            client.close()
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
