@@ -382,8 +382,6 @@ def test_from_url_context_manager_closes_the_store(tmp_path: Path) -> None:
     assert closes == ["close"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a sqlite:// path in a missing directory raises a "
-                   "raw FileNotFoundError (from opening the .lock file), not a StoreError")
 def test_from_url_sqlite_in_missing_directory_is_a_store_error(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'no-such-dir' / 'x.db'}"
     with pytest.raises(FlowmemError) as info:
@@ -392,8 +390,6 @@ def test_from_url_sqlite_in_missing_directory_is_a_store_error(tmp_path: Path) -
     assert isinstance(info.value, StoreError | InvalidStoreURL)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: busy_timeout=nan / -5 is accepted as a number of "
-                   "seconds instead of being refused with InvalidStoreURL")
 @pytest.mark.parametrize("value", ["nan", "-5"])
 def test_from_url_sqlite_busy_timeout_must_be_finite_and_not_negative(
         value: str, tmp_path: Path) -> None:

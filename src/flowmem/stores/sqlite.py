@@ -28,6 +28,7 @@ the (buffer, result id) unique key makes a doubled result impossible.
 
 from __future__ import annotations
 
+import math
 import os
 import sqlite3
 import threading
@@ -111,7 +112,13 @@ class SQLiteStore:
         self._connections: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
         self._closed = False
-        self._locks = key_locks(self.path + ".lock")
+        directory = os.path.dirname(self.path)
+        if not os.path.isdir(directory):
+            raise StoreError(f"cannot open {self.path}: directory {directory} does not exist")
+        try:
+            self._locks = key_locks(self.path + ".lock")
+        except OSError as exc:
+            raise StoreError(f"cannot open the lock file {self.path}.lock: {exc}") from exc
         self._migrate()
 
     @classmethod
@@ -129,7 +136,9 @@ class SQLiteStore:
         try:
             timeout = float(options.get("busy_timeout", 30.0))
         except ValueError:
-            raise InvalidStoreURL(f"busy_timeout must be seconds, in {url!r}") from None
+            timeout = math.nan
+        if not math.isfinite(timeout) or timeout < 0:
+            raise InvalidStoreURL(f"busy_timeout must be a number of seconds >= 0, in {url!r}")
         return cls(path, synchronous=options.get("synchronous", "full").lower(),
                    busy_timeout=timeout)
 
