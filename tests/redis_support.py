@@ -78,6 +78,9 @@ class CuttableProxy:
                 client, _ = self.server.accept()
             except OSError:
                 return
+            if self.cut_done.is_set():
+                client.close()
+                return
             upstream = socket.create_connection(self.target)
             self.sockets += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
@@ -97,6 +100,8 @@ class CuttableProxy:
     def cut(self) -> None:
         """Drop every proxied connection and stop listening (reconnects are refused)."""
         self.cut_done.set()
+        with contextlib.suppress(OSError):
+            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
         self.server.close()
         for s in self.sockets:
             with contextlib.suppress(OSError):
