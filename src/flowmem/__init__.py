@@ -7,6 +7,17 @@ modules) does no I/O; :class:`Memory` coordinates storage backends.
 
 from __future__ import annotations
 
+from .access import (
+    AccessHook,
+    Action,
+    Decision,
+    Principal,
+    SessionRecord,
+    authorize,
+    decide,
+    memory_principal,
+    owns,
+)
 from .buffer import AppendResult, ConversationBuffer, append
 from .errors import (
     FlowmemError,
@@ -45,9 +56,12 @@ __all__ = [
     "HEALED_CONTENT",
     "ROLES",
     "SCOPES",
+    "AccessHook",
+    "Action",
     "AppendOutcome",
     "AppendResult",
     "ConversationBuffer",
+    "Decision",
     "DeleteResult",
     "ExecutionContext",
     "FlowmemError",
@@ -63,10 +77,12 @@ __all__ = [
     "MessageTypeError",
     "MissingDependency",
     "NormalizeResult",
+    "Principal",
     "ReadResult",
     "SchemaError",
     "ScopeRefused",
     "ScopedAppendResult",
+    "SessionRecord",
     "StorageKey",
     "Store",
     "StoreBusy",
@@ -77,10 +93,14 @@ __all__ = [
     "__version__",
     "append",
     "assemble",
+    "authorize",
     "canonical_message",
+    "decide",
     "healed_placeholder",
     "is_sendable",
+    "memory_principal",
     "normalize",
+    "owns",
     "resolve_scope",
     "sendability_problems",
     "text_to_message",

@@ -4,7 +4,8 @@
 and a :class:`~flowmem.store.Store`. It validates input, resolves the scope —
 the ONE place a refusal is acted on (MEM-7) — and logs the MEM-12 fallback.
 Under a refused scope no backend method is called: every operation returns
-its neutral result with ``resolved_scope_id == ""`` and exactly one warning
+its neutral result with ``refused=True`` and ``resolved_scope_id == ""``,
+and exactly one warning
 is logged on the ``flowmem`` logger naming the node, pipeline and workflow.
 """
 
@@ -48,6 +49,7 @@ class ReadResult:
     found: bool
     scope: str
     resolved_scope_id: str
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +59,7 @@ class WriteResult:
     ok: bool
     scope: str
     resolved_scope_id: str
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +70,7 @@ class DeleteResult:
     found: bool
     scope: str
     resolved_scope_id: str
+    refused: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,19 +82,21 @@ class HistoryResult:
     before: int | None = None
     scope: str = ""
     resolved_scope_id: str = ""
+    refused: bool = False
 
 
 class ScopedAppendResult(AppendResult):
     """The core :class:`~flowmem.AppendResult` plus where it was appended."""
 
-    __slots__ = ("resolved_scope_id", "scope", "serialized")
+    __slots__ = ("refused", "resolved_scope_id", "scope", "serialized")
 
     def __init__(self, *, scope: str, resolved_scope_id: str, serialized: bool = True,
-                 **kwargs: Any) -> None:
+                 refused: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.scope = scope
         self.resolved_scope_id = resolved_scope_id
         self.serialized = serialized
+        self.refused = refused
 
 
 def _check_key(key: Any) -> str:
@@ -144,7 +150,7 @@ class Memory:
         """Read a value; a conversation reads as its message list."""
         where = self._locate("read", scope, key, context)
         if where is None:
-            return ReadResult(default, False, scope, "")
+            return ReadResult(default, False, scope, "", refused=True)
         found, value = self.store.read(where)
         return ReadResult(value if found else default, found, scope, where.scope_id)
 
@@ -154,7 +160,7 @@ class Memory:
         copied = json_copy(value)
         where = self._locate("write", scope, key, context)
         if where is None:
-            return WriteResult(False, scope, "")
+            return WriteResult(False, scope, "", refused=True)
         self.store.write(where, copied)
         return WriteResult(True, scope, where.scope_id)
 
@@ -162,7 +168,7 @@ class Memory:
         """Delete a value or a conversation; a missing key is ``ok`` and not ``found``."""
         where = self._locate("delete", scope, key, context)
         if where is None:
-            return DeleteResult(False, False, scope, "")
+            return DeleteResult(False, False, scope, "", refused=True)
         found = self.store.delete(where)
         return DeleteResult(True, found, scope, where.scope_id)
 
@@ -178,8 +184,8 @@ class Memory:
         window = check_max_messages(max_messages)
         where = self._locate("append", scope, key, context)
         if where is None:
-            return ScopedAppendResult(scope=scope, resolved_scope_id="", count=0, appended=0,
-                                      messages=[])
+            return ScopedAppendResult(scope=scope, resolved_scope_id="", refused=True, count=0,
+                                      appended=0, messages=[])
         outcome = self.store.append(where, canonical, max_messages=window,
                                     lock_timeout=self.lock_timeout)
         if not outcome.serialized:
@@ -199,7 +205,7 @@ class Memory:
             raise InvalidInput(f"last must be None or an integer >= 0, got {last!r}")
         where = self._locate("history", scope, key, context)
         if where is None:
-            return HistoryResult(scope=scope)
+            return HistoryResult(scope=scope, refused=True)
         page = self.store.history(where, last=last, before=before)
         return HistoryResult(page.messages, page.positions, page.before, scope, where.scope_id)
 

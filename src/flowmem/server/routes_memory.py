@@ -20,7 +20,8 @@ from typing import Any
 from fastapi import APIRouter
 
 from ..access import Action, Principal
-from ..scopes import IDENTITY_SCOPES, ExecutionContext
+from ..memory import DeleteResult, ReadResult, ScopedAppendResult, WriteResult
+from ..scopes import ExecutionContext
 from .deps import Caller, Server, ServerState, positioned, session_for
 from .limits import check_messages
 from .models import (
@@ -50,10 +51,10 @@ def _context(server: ServerState, principal: Principal, body: ScopedBody,
     return session_context(record, **ids)
 
 
-def _where(scope: str, resolved: str) -> dict[str, Any]:
-    # An identity scope never resolves to "": "" there IS the refusal (MEM-7).
-    return {"scope": scope, "resolved_scope_id": resolved,
-            "refused": scope in IDENTITY_SCOPES and resolved == ""}
+def _where(result: ReadResult | WriteResult | DeleteResult | ScopedAppendResult,
+           ) -> dict[str, Any]:
+    return {"scope": result.scope, "resolved_scope_id": result.resolved_scope_id,
+            "refused": result.refused}
 
 
 @router.post("/read", response_model=ReadOut,
@@ -62,7 +63,7 @@ def read(body: ReadBody, principal: Caller,
          server: Server) -> AsciiJSONResponse:
     context = _context(server, principal, body, Action.VIEW)
     result = server.memory.read(body.scope, body.key, context=context, default=body.default)
-    return AsciiJSONResponse({**_where(result.scope, result.resolved_scope_id),
+    return AsciiJSONResponse({**_where(result),
                               "value": result.value, "found": result.found})
 
 
@@ -72,7 +73,7 @@ def write(body: WriteBody, principal: Caller,
           server: Server) -> AsciiJSONResponse:
     context = _context(server, principal, body, Action.DRIVE)
     result = server.memory.write(body.scope, body.key, body.value, context=context)
-    return AsciiJSONResponse({**_where(result.scope, result.resolved_scope_id), "ok": result.ok})
+    return AsciiJSONResponse({**_where(result), "ok": result.ok})
 
 
 @router.post("/delete", response_model=DeleteOut,
@@ -81,7 +82,7 @@ def delete(body: ScopedBody, principal: Caller,
            server: Server) -> AsciiJSONResponse:
     context = _context(server, principal, body, Action.DRIVE)
     result = server.memory.delete(body.scope, body.key, context=context)
-    return AsciiJSONResponse({**_where(result.scope, result.resolved_scope_id),
+    return AsciiJSONResponse({**_where(result),
                               "ok": result.ok, "found": result.found})
 
 
@@ -94,7 +95,7 @@ def append(body: AppendBody, principal: Caller,
     check_messages(messages, server.settings.limits)
     result = server.memory.append(body.scope, body.key, messages, context=context,
                                   max_messages=body.max_messages)
-    where = _where(result.scope, result.resolved_scope_id)
+    where = _where(result)
     page_messages: list[dict[str, Any]] = []
     before = None
     if not where["refused"]:
