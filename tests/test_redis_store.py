@@ -135,8 +135,12 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_unreachable_server_is_store_unavailable_for_every_operation() -> None:
-    down = open_store(f"redis://127.0.0.1:{_closed_port()}/0?socket_connect_timeout=1")
+def test_unreachable_server_is_store_unavailable_for_every_operation(prefix: str) -> None:
+    with pytest.raises(StoreUnavailable):  # opening fails fast
+        open_store(f"redis://127.0.0.1:{_closed_port()}/0?socket_connect_timeout=1")
+    proxy = CuttableProxy()
+    down = open_store(url_with(prefix, proxy.url))
+    proxy.cut()  # the server goes away under an open store
     key = fresh()
     calls = [lambda: down.read(key), lambda: down.write(key, 1), lambda: down.delete(key),
              lambda: down.append(key, msgs(user("x")), max_messages=None, lock_timeout=0.1),

@@ -150,7 +150,23 @@ class RedisStore:
             pool.connection_class(**pool.connection_kwargs)
         except (ValueError, TypeError) as exc:
             raise InvalidStoreURL(f"cannot use {url!r}: {exc}") from exc
-        return cls(client, prefix=prefix, lock_ttl=lock_ttl)
+        store = cls(client, prefix=prefix, lock_ttl=lock_ttl)
+        try:
+            store._check_server()
+        except BaseException:
+            client.close()
+            raise
+        return store
+
+    def _check_server(self) -> None:
+        """Connect once (failing fast when unreachable), check Redis 7+, load the scripts."""
+        with self._errors("connect"):
+            version = str(self._client.info("server").get("redis_version", "0"))
+            major = version.split(".")[0]
+            if not major.isdigit() or int(major) < 7:
+                raise StoreError(f"Redis {version} is too old; flowmem needs Redis 7.0+")
+            for src in self._shas:
+                self._load(src)
 
     # -- plumbing ------------------------------------------------------------------
     def _names(self, key: StorageKey) -> Names:
