@@ -520,9 +520,6 @@ def test_mem11_unusable_normalized_spelling_falls_back_to_flat_id(make: type[Run
     assert buf.append(U()).messages[1] == P("c1")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an unusable top-level tool_call_id ('') shadows "
-                   "the usable one in metadata (ids._field, messages.canonical_message); an "
-                   "unusable id is treated as absent, as call_id already does for call entries")
 def test_mem11_unusable_top_level_result_id_does_not_hide_the_metadata_one(
         make: type[Runner]) -> None:
     buf = make([A("c1"), T("c1", "real")])
@@ -613,9 +610,6 @@ def test_mem14_stateful_result_messages_match_the_buffer() -> None:
     assert result.count == len(buf) == 3
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: ConversationBuffer.append returns an AppendResult "
-                   "whose messages load lazily, so read after a later append they show that "
-                   "later buffer (count 1, two messages)")
 def test_mem14_stateful_result_messages_are_the_buffer_after_that_append() -> None:
     buf = ConversationBuffer()
     first = buf.append(U("a"))
@@ -757,9 +751,6 @@ def test_window_evicting_one_of_two_stored_results_keeps_the_id_answered_pure() 
     assert healed.messages == [A("c0"), T("c0", "b"), U(), U("again")]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: ConversationBuffer indexes one result per id; "
-                   "once it is evicted, a duplicate result loaded with the buffer is "
-                   "invisible (MEM-1 re-fire appended, c0 looks unanswered)")
 def test_window_evicting_one_of_two_stored_results_keeps_the_id_answered_stateful() -> None:
     buf = ConversationBuffer(RAW_WITH_DUPLICATE, max_messages=4)
     buf.append(U())  # evicts T(c0, "a")
@@ -768,9 +759,6 @@ def test_window_evicting_one_of_two_stored_results_keeps_the_id_answered_statefu
     assert refired.messages == [S("s"), A("c0"), T("c0", "b"), U()]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: ConversationBuffer heals c0 although a loaded "
-                   "duplicate result answers it, then evicting the turn leaves that result "
-                   "behind (a result outlives its turn)")
 def test_window_duplicate_loaded_result_goes_with_its_turn_stateful() -> None:
     buf = ConversationBuffer(RAW_WITH_DUPLICATE, max_messages=4)
     buf.append(U())  # evicts T(c0, "a")
@@ -778,9 +766,6 @@ def test_window_duplicate_loaded_result_goes_with_its_turn_stateful() -> None:
     assert result.messages == [A("c0"), T("c0", "b"), U(), U("again")]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: eviction of a dead id removes only the one "
-                   "indexed result (buffer._evict_result); a second stored result for the "
-                   "id outlives the evicted turn")
 def test_window_evicting_a_turn_evicts_every_stored_result_of_its_calls(
         make: type[Runner]) -> None:
     buf = make([A("c0"), T("c0", "a"), T("c0", "b")], max_messages=3)

@@ -277,8 +277,6 @@ def test_invalid_stored_buffer_is_named_messages() -> None:
     assert str(caught_type.value).startswith("messages[0].content")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a list index inside a field is named "
-                   "'content.[1]' instead of 'content[1]' (messages._field_copy)")
 def test_invalid_item_inside_a_list_is_named_with_its_index() -> None:
     with pytest.raises(MessageTypeError) as caught:
         append([], [{"role": "user", "content": ["ok", {1}]}])

@@ -17,6 +17,7 @@ Eviction, precisely (every store implements exactly this):
 
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -63,11 +64,14 @@ class AppendResult:
     ``appended`` how many incoming messages became new entries (dropped
     duplicates and placeholder replacements count zero; a message added and
     then evicted by the same append still counts), ``appended_any`` whether
-    that is more than zero. ``messages`` is the buffer after the append; a
-    stateful buffer or store produces it when it is first accessed.
+    that is more than zero. ``messages`` is the buffer after the append. A
+    :class:`ConversationBuffer` produces it on first access, or just before
+    its next change if the result is still held, so it is always the buffer
+    as this append left it; a store-backed result (:class:`flowmem.Memory`)
+    reads it from the store on first access.
     """
 
-    __slots__ = ("_load", "_messages", "appended", "count")
+    __slots__ = ("__weakref__", "_load", "_messages", "appended", "count")
 
     def __init__(self, *, count: int, appended: int, messages: list[Message] | None = None,
                  load: Callable[[], list[Message]] | None = None) -> None:
@@ -90,6 +94,10 @@ class AppendResult:
             assert self._load is not None
             self._messages = self._load()
         return self._messages
+
+    def freeze(self) -> None:
+        """Load ``messages`` now (a stateful buffer calls this before it changes)."""
+        _ = self.messages
 
     def to_dict(self) -> dict[str, Any]:
         """``{"count", "appended", "appended_any"}`` — the MEM-14 report."""
@@ -135,10 +143,11 @@ class ConversationBuffer:
                  max_messages: int | None = None) -> None:
         self.max_messages = check_max_messages(max_messages)
         self._entries: list[_Entry] = []
-        self._results: dict[str, _Entry] = {}
+        self._results: dict[str, list[_Entry]] = {}  # id -> its results, oldest first
         self._calls: dict[str, list[tuple[int, int]]] = {}
         self._pending: dict[str, PendingCall] = {}
         self._next = 0
+        self._last: weakref.ref[AppendResult] | None = None
         self._load(canonical_messages(list(messages), where="messages"))
 
     def _load(self, messages: list[Message]) -> None:
@@ -150,7 +159,8 @@ class ConversationBuffer:
         """Derive every index from the entries: O(length), load and edit only."""
         indexes = derive_indexes((e.pos, e.message) for e in self._entries)
         by_pos = {e.pos: e for e in self._entries}
-        self._results = {call: by_pos[pos] for call, pos in indexes.results.items()}
+        self._results = {call: [by_pos[p] for p in spots]
+                         for call, spots in indexes.results.items()}
         self._calls = indexes.calls
         self._pending = {p.call_id: p for p in indexes.pending}
 
@@ -158,13 +168,19 @@ class ConversationBuffer:
         """Replace (or with ``None`` delete) the entry at ``position`` (MEM-15 admin path).
 
         The indexes are derived again, so this costs O(length). Returns
-        whether an entry stood at ``position``.
+        whether an entry stood at ``position``. A replacement answering an id
+        that another entry answers is refused (:class:`InvalidInput`): no
+        edit can store a result twice (MEM-1).
         """
         replacement = None if message is None else canonical_message(message, where="message")
         try:
             index = self._find(position)
         except LookupError:
             return False
+        answered = None if replacement is None else result_id(replacement)
+        if answered is not None and any(e.pos != position for e in self._results.get(answered, ())):
+            raise InvalidInput(f"another entry already answers {answered!r}")
+        self._freeze_last()
         if replacement is None:
             del self._entries[index]
         else:
@@ -200,7 +216,7 @@ class ConversationBuffer:
         """What the planner needs to know about this buffer for ``incoming``."""
         ids = mentioned_ids(incoming)
         return BufferView(
-            results={i: is_healed(self._results[i].message) for i in ids if i in self._results},
+            results={i: is_healed(self._results[i][0].message) for i in ids if i in self._results},
             declared={i for i in ids if i in self._calls},
             pending=list(self._pending.values()) if needs_pending(incoming) else (),
         )
@@ -211,17 +227,27 @@ class ConversationBuffer:
         canonical = canonical_messages(incoming)
         plan = plan_append(self.view(canonical), canonical)
         self.apply(plan, max_messages=self.max_messages)
-        return AppendResult(count=len(self._entries), appended=plan.appended,
-                            load=lambda: self.messages)
+        result = AppendResult(count=len(self._entries), appended=plan.appended,
+                              load=lambda: self.messages)
+        self._last = weakref.ref(result)
+        return result
+
+    def _freeze_last(self) -> None:
+        """Give a still-held result its messages before the buffer changes (O(length))."""
+        last = self._last() if self._last is not None else None
+        if last is not None:
+            last.freeze()
+        self._last = None
 
     def apply(self, plan: AppendPlan, *, max_messages: int | None) -> None:
         """Execute a plan, then the window."""
+        self._freeze_last()
         added: dict[int, int] = {}
         for op in plan.ops:
             if isinstance(op, AddEntry):
                 added[op.ordinal] = self._add(op)
             elif isinstance(op, ReplacePlaceholder):
-                self._results[op.call_id].message = op.message
+                self._results[op.call_id][0].message = op.message
             elif isinstance(op, HealTurn):
                 self._heal(_resolve(op.turn, added), op.call_ids)
         if max_messages is not None:
@@ -236,7 +262,7 @@ class ConversationBuffer:
     def _add(self, op: AddEntry) -> int:
         pos = self._push(op.message)
         if op.answers is not None:
-            self._results[op.answers] = self._entries[-1]
+            self._results[op.answers] = [self._entries[-1]]
             self._pending.pop(op.answers, None)
         for order, call in enumerate(op.declares):
             self._calls.setdefault(call, []).append((pos, order))
@@ -258,7 +284,7 @@ class ConversationBuffer:
         for offset, call in enumerate(call_ids, start=1):
             entry = _Entry(base + offset, healed_placeholder(call))
             self._entries.insert(end + offset, entry)
-            self._results[call] = entry
+            self._results[call] = [entry]
             self._pending.pop(call, None)
 
     def _evict(self, excess: int) -> None:
@@ -270,8 +296,7 @@ class ConversationBuffer:
         affected: set[str] = set()
         for victim in victims:
             answered = result_id(victim.message)
-            if answered is not None and self._results.get(answered) is victim:
-                del self._results[answered]
+            if answered is not None and self._unindex_result(answered, victim):
                 affected.add(answered)
         for victim in victims:
             for call in declared_call_ids(victim.message):
@@ -285,9 +310,17 @@ class ConversationBuffer:
         for call in affected:
             self._recompute_pending(call)
 
+    def _unindex_result(self, call: str, entry: _Entry) -> bool:
+        held = self._results.get(call)
+        if held is None or entry not in held:
+            return False
+        held.remove(entry)
+        if not held:
+            del self._results[call]
+        return True
+
     def _evict_result(self, call: str) -> None:
-        entry = self._results.pop(call, None)
-        if entry is not None:
+        for entry in self._results.pop(call, ()):
             del self._entries[self._find(entry.pos)]
 
     def _recompute_pending(self, call: str) -> None:
@@ -303,7 +336,7 @@ class ConversationBuffer:
 class Indexes:
     """A buffer's indexes, derived from its entries (see :func:`derive_indexes`)."""
 
-    results: dict[str, int]
+    results: dict[str, list[int]]
     calls: dict[str, list[tuple[int, int]]]
     pending: list[PendingCall]
 
@@ -311,17 +344,18 @@ class Indexes:
 def derive_indexes(entries: Iterable[tuple[int, Message]]) -> Indexes:
     """Derive a buffer's indexes from ``(position, message)`` pairs in order.
 
-    ``results`` maps an id to the position of its (first) result; ``calls``
+    ``results`` maps an id to the positions of its results (one, unless a
+    buffer was handed in with duplicates); ``calls``
     an id to its declarations ``(turn position, order)``; ``pending`` lists
     the declared ids without a result, at their first declaration. Stores use
     it after an administrative edit (MEM-15), when loading is O(length) anyway.
     """
-    results: dict[str, int] = {}
+    results: dict[str, list[int]] = {}
     calls: dict[str, list[tuple[int, int]]] = {}
     for pos, message in entries:
         answered = result_id(message)
-        if answered is not None and answered not in results:
-            results[answered] = pos
+        if answered is not None:
+            results.setdefault(answered, []).append(pos)
         for order, call in enumerate(declared_call_ids(message)):
             calls.setdefault(call, []).append((pos, order))
     pending = [PendingCall(call, *min(turns)) for call, turns in calls.items()

@@ -119,10 +119,19 @@ def declared_call_ids(message: Mapping[str, Any]) -> list[str]:
 
 
 def result_id(message: Mapping[str, Any]) -> str | None:
-    """The usable id a ``tool`` message answers, or ``None``."""
+    """The usable id a ``tool`` message answers, or ``None``.
+
+    Read at the top level, else inside ``metadata``: an unusable id is absent,
+    so it never hides a usable one.
+    """
     if message.get("role") != "tool":
         return None
-    return usable_id(_field(message, "tool_call_id"))
+    found = usable_id(message.get("tool_call_id"))
+    if found is None:
+        metadata = message.get("metadata")
+        if isinstance(metadata, Mapping):
+            found = usable_id(metadata.get("tool_call_id"))
+    return found
 
 
 def is_healed(message: Mapping[str, Any]) -> bool:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from .errors import InvalidMessage, InvalidValue, MessageTypeError
-from .ids import usable_id
+from .ids import result_id
 
 __all__ = [
     "HEALED_CONTENT",
@@ -77,6 +77,11 @@ def _copy(value: Any, path: str, depth: int) -> Any:
     raise _NotJSON(path, f"{type(value).__name__} is not JSON-serializable")
 
 
+def _joined(path: str) -> str:
+    """``path`` appended to a field name: ``.key`` or ``[1]``, never ``.[1]``."""
+    return path if not path or path.startswith("[") else f".{path}"
+
+
 def json_copy(value: Any, *, what: str = "value") -> Any:
     """A deep copy of a JSON value, or :class:`InvalidValue` naming what is wrong.
 
@@ -88,7 +93,7 @@ def json_copy(value: Any, *, what: str = "value") -> Any:
     try:
         return _copy(value, "", 0)
     except _NotJSON as exc:
-        where = f"{what}.{exc.path}" if exc.path else what
+        where = what + _joined(exc.path)
         raise InvalidValue(f"{where}: {exc.reason}") from None
 
 
@@ -96,7 +101,7 @@ def _field_copy(value: Any, field: str, index: int | None, where: str) -> Any:
     try:
         return _copy(value, "", 0)
     except _NotJSON as exc:
-        name = f"{field}.{exc.path}" if exc.path else field
+        name = field + _joined(exc.path)
         error = MessageTypeError if exc.wrong_type else InvalidMessage
         raise error(exc.reason, index=index, field=name, where=where) from None
 
@@ -128,6 +133,9 @@ def canonical_message(message: Any, *, index: int | None = None,
             raise MessageTypeError(f"field name {key!r} is not a string", index=index, where=where)
         metadata[key] = _field_copy(value, key, index, where)
     _check_pairing_fields(metadata, index, where)
+    answered = result_id(message)
+    if answered is not None:
+        metadata["tool_call_id"] = answered
     content = _field_copy(message.get("content"), "content", index, where)
     return {"role": role, "content": content, "metadata": metadata}
 
@@ -142,9 +150,6 @@ def _check_pairing_fields(metadata: dict[str, Any], index: int | None, where: st
             if not isinstance(entry, dict):
                 raise MessageTypeError("a tool call must be a mapping", index=index,
                                        field=f"tool_calls[{i}]", where=where)
-    found = usable_id(metadata.get("tool_call_id"))
-    if found is not None:
-        metadata["tool_call_id"] = found
 
 
 def canonical_messages(messages: Any, *, where: str = "incoming") -> list[Message]:

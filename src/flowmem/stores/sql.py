@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ..buffer import derive_indexes
-from ..errors import KeyConflict
-from ..ids import is_healed
+from ..errors import InvalidInput, KeyConflict
+from ..ids import is_healed, result_id
 from ..messages import Message, canonical_message, healed_placeholder
 from ..plan import (
     AddEntry,
@@ -255,6 +255,11 @@ class SQLConversations:
         if not self.run("SELECT 1 FROM messages WHERE buffer_id = ? AND pos = ?",
                         (buffer_id, position)):
             return False
+        answered = None if replacement is None else result_id(replacement)
+        if answered is not None and self.run(
+                "SELECT 1 FROM messages WHERE buffer_id = ? AND result_id = ? AND pos <> ?",
+                (buffer_id, answered, position)):
+            raise InvalidInput(f"another entry already answers {answered!r}")
         rows = self.run("SELECT pos, body FROM messages WHERE buffer_id = ? ORDER BY pos",
                         (buffer_id,))
         entries = [(int(pos), decode(body)) for pos, body in rows]
@@ -267,7 +272,7 @@ class SQLConversations:
 
     def _rewrite(self, buffer_id: int, entries: list[tuple[int, Message]]) -> None:
         indexes = derive_indexes(entries)
-        owner = {pos: call for call, pos in indexes.results.items()}
+        owner = {spots[0]: call for call, spots in indexes.results.items()}
         for pos, message in entries:
             answered = owner.get(pos)
             healed = int(answered is not None and is_healed(message))

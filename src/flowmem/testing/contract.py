@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ..buffer import append as model_append
-from ..errors import KeyConflict
+from ..errors import InvalidInput, KeyConflict
 from ..messages import HEALED_CONTENT, Message, canonical_messages
 from ..scopes import StorageKey
 from ..store import Store
@@ -248,6 +248,16 @@ class StoreContract:
         assert _messages(store, key)[1]["content"] == HEALED_CONTENT
         assert not store.edit(key, 12345, None)
         assert not store.edit(fresh_key(), 0, None)
+
+    def test_mem15_edit_never_stores_a_result_twice(self, store: Store) -> None:
+        key = fresh_key()
+        _append(store, key, [assistant("c1"), tool("c1", "r"), user("u")])
+        positions = store.history(key).positions
+        with pytest.raises(InvalidInput):
+            store.edit(key, positions[2], tool("c1", "second"))
+        assert [m["content"] for m in _messages(store, key)] == [None, "r", "u"]
+        assert store.edit(key, positions[1], tool("c1", "corrected"))
+        assert _messages(store, key)[1]["content"] == "corrected"
 
     # -- concurrency (MEM-12) ---------------------------------------------------------
     def test_mem12_held_lock_times_out_into_unserialized_append(self, store: Store) -> None:
