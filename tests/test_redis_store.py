@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from backends import REDIS_URL, unavailable
 from flowmem import (
     HEALED_CONTENT,
+    InvalidInput,
     InvalidStoreURL,
     KeyConflict,
     MissingDependency,
@@ -35,10 +36,10 @@ from flowmem import (
 from flowmem.messages import canonical_messages
 from flowmem.plan import SLOT
 from flowmem.stores import open_store
-from flowmem.stores.memory import InMemoryStore
 from flowmem.stores.redis import RedisStore
 from flowmem.stores.redis_layout import key_names, split_url
 from flowmem.stores.sql import encode
+from flowmem.stores.sqlite import SQLiteStore
 from redis_support import CuttableProxy, drop_prefix, raw_client, session_prefix, url_with
 
 pytestmark = pytest.mark.skipif(unavailable("redis") is not None,
@@ -336,7 +337,7 @@ def test_window_evicts_turns_with_their_results_wherever_they_stand(store: Redis
         assert store.read(key) == (True, model)
 
 
-# -- MEM-15: the admin edit path against the in-memory store --------------------------------
+# -- MEM-15: the admin edit path against the SQLite store (the SQL statements Lua mirrors) ----
 _IDS = st.sampled_from(["c0", "c1", "c2", "c3"])
 _MESSAGE = st.one_of(
     st.builds(user, st.sampled_from(["hi", "next"])),
@@ -352,13 +353,40 @@ _STEP = st.one_of(
 )
 
 
+def test_mem15_mem1_edit_never_stores_a_result_twice(store: RedisStore) -> None:
+    key = fresh()
+    add(store, key, turn("c1"), result("c1", "first"), user("u"))
+    before = store.history(key)
+    with pytest.raises(InvalidInput, match="already answers"):
+        store.edit(key, before.positions[2], result("c1", "second"))
+    assert store.history(key) == before
+    assert store.edit(key, before.positions[1], result("c1", "edited in place"))
+    assert store.read(key)[1][1]["content"] == "edited in place"
+
+
+def _outcome(call: Any, *args: Any) -> Any:
+    try:
+        return call(*args)
+    except InvalidInput as refused:  # e.g. an edit that would store a result twice (MEM-1)
+        return type(refused), str(refused)
+
+
+@pytest.fixture(scope="module")
+def sqlite_reference(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SQLiteStore]:
+    reference = SQLiteStore(str(tmp_path_factory.mktemp("reference") / "ref.db"),
+                            synchronous="off")
+    yield reference
+    reference.close()
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(_STEP, min_size=1, max_size=12))
-def test_mem15_edits_then_appends_equal_the_memory_store(store: RedisStore,
+def test_mem15_edits_then_appends_equal_the_sqlite_store(store: RedisStore,
+                                                         sqlite_reference: SQLiteStore,
                                                          steps: list[Any]) -> None:
     key = fresh()
-    reference = InMemoryStore()
+    reference = sqlite_reference
     for kind, first, second in steps:
         if kind == "append":
             batch = msgs(*first)
@@ -368,6 +396,7 @@ def test_mem15_edits_then_appends_equal_the_memory_store(store: RedisStore,
         else:
             positions = reference.history(key).positions
             position = positions[first % len(positions)] if positions else first
-            assert store.edit(key, position, second) == reference.edit(key, position, second)
+            assert _outcome(store.edit, key, position, second) == _outcome(
+                reference.edit, key, position, second)
         assert store.read(key) == reference.read(key)
         assert store.history(key) == reference.history(key)

@@ -66,12 +66,14 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from ..errors import (
+    InvalidInput,
     InvalidStoreURL,
     KeyConflict,
     MissingDependency,
     StoreError,
     StoreUnavailable,
 )
+from ..ids import result_id
 from ..messages import Message, canonical_message
 from ..plan import SLOT, AppendPlan, BufferView, mentioned_ids, needs_pending, plan_append
 from ..scopes import StorageKey
@@ -362,6 +364,10 @@ class RedisStore:
             entries = [(int(p), decode(b.decode())) for p, b in zip(stored, bodies, strict=True)]
             if all(pos != position for pos, _ in entries):
                 return False
+            answered = None if replacement is None else result_id(replacement)
+            held = None if answered is None else pipe.hget(names.res, answered)
+            if held is not None and held.lstrip(b"h") != str(position).encode():
+                raise InvalidInput(f"another entry already answers {answered!r}")  # MEM-1
             entries = [(pos, replacement if pos == position else body) for pos, body in entries
                        if pos != position or replacement is not None]
             keys = rewrite(entries)

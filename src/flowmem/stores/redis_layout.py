@@ -141,7 +141,7 @@ class Rewrite:
 def rewrite(entries: Sequence[tuple[int, Message]]) -> Rewrite:
     """Every key of a buffer holding ``entries`` (the MEM-15 edit path, O(length))."""
     indexes = derive_indexes(entries)
-    owner = {pos: call for call, pos in indexes.results.items()}
+    owner = {spots[0]: call for call, spots in indexes.results.items()}  # as sql.py indexes
     info: dict[str, str] = {}
     res: dict[str, str] = {}
     for pos, message in entries:
