@@ -187,3 +187,19 @@ def audit(messages: list[dict[str, Any]], writers: list[int], appends: int) -> A
         placeholders=sum(1 for identity in identities if identity.startswith("h:")),
         wrong_content=wrong,
     )
+
+
+def hold_lock(url: str, held: Any, release: Any, had: Any) -> None:
+    """A spawned process: take the shared buffer's MEM-12 lock and keep it until told."""
+    from flowmem.scopes import StorageKey, resolve_scope
+    from flowmem.stores import open_store
+
+    store = open_store(url)
+    key = StorageKey(SCOPE, resolve_scope(SCOPE, CONTEXT), KEY)
+    try:
+        with store.lock(key, 5.0) as got:
+            had.value = int(got)
+            held.set()
+            release.wait(60)
+    finally:
+        store.close()
