@@ -88,8 +88,8 @@ if TYPE_CHECKING:
 __all__ = ["RedisStore"]
 
 _T = TypeVar("_T")
-_POLL_START: Final = 0.0005
-_POLL_MAX: Final = 0.005
+_POLL_START: Final = 0.0002
+_POLL_MAX: Final = 0.002
 _EDIT_LOCK_WAIT: Final = 30.0
 
 
