@@ -42,14 +42,17 @@ while the script runs, the append took effect whole or not at all (as with a
 lost ``COMMIT`` reply on SQL). Needs Redis 7.0+ (script flags).
 
 Durability is the server's, not flowmem's. flowmem acknowledges an append once
-Redis has applied it in memory. Under the default RDB snapshots a crash or
-kill of Redis loses every write since the last snapshot (minutes); with AOF
+Redis has applied it in memory. Without persistence a restart loses all;
+under the default RDB snapshots a crash or kill of Redis loses every write
+since the last snapshot (up to an hour when writes are rare); with AOF
 ``appendfsync everysec`` at most about one second of acknowledged appends;
 with ``appendfsync always`` none. Whatever is lost, a buffer is never left
-half-appended: Redis replays or drops a script's effects as a whole (AOF
-logs the script's effects inside ``MULTI``/``EXEC``). Replication is
-asynchronous: a failover can lose the last acknowledged appends. See
-``docs/deploy.md``.
+half-appended: AOF and replicas get a script's effects as one
+``MULTI``/``EXEC`` block (an incomplete trailing block is dropped on load)
+and an RDB snapshot never falls inside a script. Replication is
+asynchronous: a failover can lose the last acknowledged appends. Keep
+``maxmemory-policy`` at ``noeviction`` (or ``volatile-*``): an ``allkeys-*``
+policy may evict one key of a buffer. See ``docs/redis.md``.
 """
 
 from __future__ import annotations
