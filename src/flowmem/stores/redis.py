@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -104,6 +103,11 @@ def _import_redis() -> ModuleType:
     return redis
 
 
+def _conflict(names: Names) -> KeyConflict:
+    key = names.member.decode("utf-8", "surrogatepass")
+    return KeyConflict(f"key {key!r} holds a plain value, not a conversation")
+
+
 @dataclass(frozen=True, slots=True)
 class _Snapshot:
     view: BufferView
@@ -133,7 +137,6 @@ class RedisStore:
         self._lost: tuple[type[BaseException], ...] = (
             exceptions.ConnectionError, exceptions.TimeoutError, OSError)
         self._failed: type[BaseException] = exceptions.RedisError
-        self._guard = threading.Lock()
 
     @classmethod
     def from_url(cls, url: str) -> RedisStore:
@@ -164,12 +167,8 @@ class RedisStore:
         return store
 
     def _check_server(self) -> None:
-        """Connect once (failing fast when unreachable), check Redis 7+, load the scripts."""
+        """Connect once (failing fast when unreachable) and load the scripts (Redis 7+)."""
         with self._errors("connect"):
-            version = str(self._client.info("server").get("redis_version", "0"))
-            major = version.split(".")[0]
-            if not major.isdigit() or int(major) < 7:
-                raise StoreError(f"Redis {version} is too old; flowmem needs Redis 7.0+")
             for src in self._shas:
                 self._load(src)
 
@@ -314,7 +313,7 @@ class RedisStore:
         if replies.pop(0):
             if held:
                 self._release(names, lock or "")
-            raise KeyConflict("the key holds a plain value, not a conversation")
+            raise _conflict(names)
         version = (replies.pop(0) or b"").decode()
         return held, _Snapshot(view_from(ids, heals, replies), version)
 
@@ -330,7 +329,7 @@ class RedisStore:
 
         reply = self._pipeline(lua.APPLY, names, args, index)
         if reply[0] == b"value":
-            raise KeyConflict("the key holds a plain value, not a conversation")
+            raise _conflict(names)
         if reply[0] == b"conflict":
             return None
         return int(reply[1]), int(reply[2])
@@ -460,6 +459,5 @@ class RedisStore:
             pass
 
     def close(self) -> None:
-        with self._guard:
-            self._closed = True
+        self._closed = True
         self._client.close()
