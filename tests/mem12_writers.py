@@ -34,22 +34,23 @@ CONTEXT = ExecutionContext(session_id="mem12-shared", node_id="n", pipeline_id="
                            workflow_id="w")
 
 
+def turn(writer: int, index: int) -> tuple[str, dict[str, Any]]:
+    """``(identity, message)`` of ``writer``'s append number ``index``."""
+    n, step = divmod(index, 4)
+    call = f"w{writer}-c{n}"
+    if step == 0:
+        return f"a:{call}", {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call, "type": "function",
+             "function": {"name": "lookup", "arguments": f'{{"n": {n}}}'}}]}
+    if step in (1, 2):
+        return f"t:{call}", {"role": "tool", "tool_call_id": call,
+                             "content": f"result of {call}"}
+    return f"u:w{writer}-u{n}", {"role": "user", "content": f"w{writer}-u{n}"}
+
+
 def turns(writer: int, appends: int) -> list[tuple[str, dict[str, Any]]]:
     """``(identity, message)`` for each append of ``writer``; re-fires repeat an identity."""
-    out: list[tuple[str, dict[str, Any]]] = []
-    for i in range(appends):
-        n, step = divmod(i, 4)
-        call = f"w{writer}-c{n}"
-        if step == 0:
-            out.append((f"a:{call}", {"role": "assistant", "content": None, "tool_calls": [
-                {"id": call, "type": "function",
-                 "function": {"name": "lookup", "arguments": f'{{"n": {n}}}'}}]}))
-        elif step in (1, 2):
-            out.append((f"t:{call}", {"role": "tool", "tool_call_id": call,
-                                      "content": f"result of {call}"}))
-        else:
-            out.append((f"u:w{writer}-u{n}", {"role": "user", "content": f"w{writer}-u{n}"}))
-    return out
+    return [turn(writer, i) for i in range(appends)]
 
 
 def unique_turns(writer: int, appends: int) -> list[str]:
