@@ -176,6 +176,32 @@ def test_mem12_advisory_lock_id_is_a_stable_signed_64_bit_hash() -> None:
     assert advisory_key("other", key) != advisory_key("flowmem", key)
 
 
+def test_mem12_lock_timeout_bounds_only_the_lock_wait_not_the_row_wait(
+        schema: tuple[str, str]) -> None:
+    """Once the advisory lock is had, lock_timeout is reset: a longer row wait is not an error."""
+    url, name = schema
+    store = open_store(url)
+    key = fresh_key()
+    try:
+        _append(store, key, [user("q")])
+        holder = admin()
+        holder.execute("BEGIN")
+        holder.execute(f'SELECT 1 FROM "{name}".buffers WHERE id = %s FOR UPDATE',
+                       (_buffer_id(name, key),))
+        timer = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
+        timer.start()
+        began = time.monotonic()
+        outcome = store.append(key, canonical_messages([user("after the row wait")]),
+                               max_messages=None, lock_timeout=0.1)
+        waited = time.monotonic() - began
+        timer.join()
+        holder.close()
+        assert (outcome.serialized, outcome.appended, outcome.count) == (True, 1, 2)
+        assert waited >= 0.4
+    finally:
+        store.close()
+
+
 # -- failures mid-append ----------------------------------------------------------------------
 def test_mem12_connection_killed_mid_append_leaves_the_buffer_as_it_was(
         schema: tuple[str, str]) -> None:
