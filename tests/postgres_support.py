@@ -18,10 +18,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-import psycopg
 
 from backends import POSTGRES_URL
 from flowmem import ExecutionContext
@@ -30,6 +28,9 @@ from flowmem.memory import Memory
 from flowmem.messages import Message, canonical_messages
 from flowmem.scopes import StorageKey
 from flowmem.stores import open_store
+
+if TYPE_CHECKING:  # psycopg is imported only when a PostgreSQL test runs
+    import psycopg
 
 
 def with_options(url: str, **options: Any) -> str:
@@ -42,6 +43,8 @@ def with_options(url: str, **options: Any) -> str:
 
 def admin() -> psycopg.Connection[tuple[Any, ...]]:
     """A plain autocommit connection to the test database (no flowmem options)."""
+    import psycopg
+
     parts = urlsplit(POSTGRES_URL)
     plain = [(k, v) for k, v in parse_qsl(parts.query)
              if k not in ("schema", "pool_min", "pool_max", "pool_timeout")]
