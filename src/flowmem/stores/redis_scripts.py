@@ -101,6 +101,34 @@ while i <= #ARGV do
 end
 if i ~= #ARGV + 1 then error('flowmem: truncated plan') end
 
+-- the end of a turn's block: the last of the consecutive tool entries that follow
+-- it (or the turn), and the position of the entry after the block (nil: none)
+local function block(turn)
+  local base, from = turn, '(' .. s(turn)
+  while true do
+    local nxt = redis.call('ZRANGEBYSCORE', POS, from, '+inf', 'LIMIT', 0, 32)
+    if #nxt == 0 then return base, nil end
+    for _, p in ipairs(nxt) do
+      local info = redis.call('HGET', INFO, p)
+      if not (info and string.sub(info, 1, 1) == 'T') then return base, tonumber(p) end
+      base = tonumber(p)
+    end
+    from = '(' .. nxt[#nxt]
+  end
+end
+-- placeholders take base+1, base+2...: refuse, before any write, an append whose
+-- placeholders would land on a stored entry (sql.py's UNIQUE (buffer_id, pos)
+-- refuses it too). Only a stored turn's block can be that tight: this append's
+-- own entries come at multiples of SLOT, after everything stored.
+for _, op in ipairs(ops) do
+  if op.kind == 'H' and op.ref == 'p' then
+    local base, after = block(op.turn)
+    if after and after <= base + #op.ids then
+      error('flowmem: no free position for the placeholders after the turn at ' .. s(op.turn))
+    end
+  end
+end
+
 local count = tonumber(redis.call('HGET', META, 'count') or '0')
 local nextpos = tonumber(redis.call('HGET', META, 'next') or '0')
 local appended, added = 0, {}
@@ -149,17 +177,7 @@ local function add(op, p)
 end
 
 local function heal(turn, ids, bodies)
-  -- after the turn's block: the consecutive tool entries that follow it
-  local base, from, done = turn, '(' .. s(turn), false
-  while not done do
-    local nxt = redis.call('ZRANGEBYSCORE', POS, from, '+inf', 'LIMIT', 0, 32)
-    if #nxt == 0 then break end
-    for _, p in ipairs(nxt) do
-      local info = redis.call('HGET', INFO, p)
-      if info and string.sub(info, 1, 1) == 'T' then base = tonumber(p) else done = true break end
-    end
-    from = '(' .. nxt[#nxt]
-  end
+  local base = block(turn)
   for k, id in ipairs(ids) do
     local p = s(base + k)
     put(p, bodies[k], 'T' .. id)
