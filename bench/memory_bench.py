@@ -248,8 +248,7 @@ def run(lengths: list[int], windows: int, window: int, workdir: Path,
     longest = max(lengths)
     reads: dict[str, tuple[float, float, int]] = {}
     for contender in contenders:
-        key = f"len-{longest}" if longest >= FRESH_BELOW else _fresh_key(
-            next(s for s in series if s.contender is contender and s.length == longest))
+        key = next(s.key for s in series if s.contender is contender and s.length == longest)
         samples = []
         for _ in range(31):
             started = time.perf_counter()
