@@ -11,9 +11,12 @@
     rewrite the Markdown and the plot from ``docs/benchmarks.json``.
 
 Every (contender, length) is measured in its own subprocess
-(:mod:`bench.run_one`), one after the other; then flowmem's SQLite store and
-the raw sqlite3 floor are measured again with interleaved windows at the same
-durability (``--paired``), for the matched-durability ratios.
+(:mod:`bench.run_one`), one after the other. Then the ratios the goals are
+about are measured again with interleaved windows in one process
+(``--paired``), so that both sides see the same disk and CPU weather:
+flowmem's SQLite store against the raw sqlite3 floor at the same
+durability, each flowmem store at 10,000 against itself at 100, and the
+SQLite peers against flowmem at 10,000.
 """
 
 from __future__ import annotations
@@ -39,9 +42,27 @@ from .report import render
 ROOT = Path(__file__).resolve().parent.parent
 LENGTHS = (100, 1_000, 10_000, 100_000)
 QUICK_LENGTHS = (100, 1_000)
-PAIRED = (("flowmem-sqlite-full", "raw-sqlite-wal-full"),
+FLOORS = (("flowmem-sqlite-full", "raw-sqlite-wal-full"),
           ("flowmem-sqlite-normal", "raw-sqlite-wal-normal"))
+PEERS_AGAINST_FLOWMEM = ("langchain-sql", "agents-sqlitesession")
 PAIRED_MAX_LENGTH = 10_000
+
+
+def pairs_to_run(lengths: tuple[int, ...], names: list[str]) -> list[tuple[str, str, str]]:
+    """(kind, A@length, B@length): the interleaved runs behind the ratios that matter."""
+    pairs: list[tuple[str, str, str]] = []
+    short, long = min(lengths), max(x for x in lengths if x <= PAIRED_MAX_LENGTH)
+    for first, second in FLOORS:
+        if first in names and second in names:
+            pairs += [("floor", f"{first}@{x}", f"{second}@{x}")
+                      for x in lengths if x <= PAIRED_MAX_LENGTH]
+    if long > short:
+        pairs += [("flat", f"{name}@{long}", f"{name}@{short}") for name in names
+                  if by_name(name).kind == "flowmem"]
+        pairs += [("peer", f"{name}@{long}", f"flowmem-sqlite-full@{long}")
+                  for name in PEERS_AGAINST_FLOWMEM
+                  if name in names and "flowmem-sqlite-full" in names]
+    return pairs
 TIMEOUT = 900
 PACKAGES = ("flowmem", "langgraph", "langgraph-checkpoint-sqlite", "langchain-core",
             "langchain-community", "sqlalchemy", "openai-agents", "psycopg", "redis",
@@ -172,22 +193,17 @@ def run(lengths: tuple[int, ...], names: list[str], workdir: Path, *, quick: boo
                   flush=True)
     pairs: list[dict[str, Any]] = []
     if paired:
-        for first, second in PAIRED:
-            if not {first, second} <= set(names):
-                continue
-            for length in lengths:
-                if length > PAIRED_MAX_LENGTH:
-                    continue
-                extra = ["--quick"] if quick else []
-                result = _run(["--paired", first, second, str(length), *extra],
-                              workdir / f"paired-{first}-{length}")
-                result.setdefault("paired", [first, second])
-                result.setdefault("length", length)
-                pairs.append(result)
-                shown = (f"ratio {result['ratio_median']:.2f}" if result.get("status") == "ok"
-                         else f"{result.get('status')}: {result.get('reason', '')}")
-                print(f"[{time.perf_counter() - started:6.0f} s] {first} / {second} "
-                      f"{length:>7}  {shown}", flush=True)
+        for kind, first, second in pairs_to_run(lengths, names):
+            extra = ["--quick"] if quick else []
+            result = _run(["--paired", first, second, *extra],
+                          workdir / f"paired-{first}-{second}")
+            result["paired"] = [first, second]
+            result["kind"] = kind
+            pairs.append(result)
+            shown = (f"ratio {result['ratio_median']:.2f}" if result.get("status") == "ok"
+                     else f"{result.get('status')}: {result.get('reason', '')}")
+            print(f"[{time.perf_counter() - started:6.0f} s] {first} ÷ {second}  {shown}",
+                  flush=True)
     contenders = {cls.name: {"label": cls.label, "kind": cls.kind, "durability": cls.durability,
                              "reference": cls.reference, "floor": cls.floor,
                              "notes": cls.notes, "persistent": cls.persistent,

@@ -3,10 +3,11 @@
 ``python -m bench.run_one NAME LENGTH --workdir DIR [--quick]``
     one contender, everything (run by :mod:`bench.compare` in a fresh
     subprocess per contender and length, so the peak RSS is its own);
-``python -m bench.run_one --paired NAME_A NAME_B LENGTH --workdir DIR``
-    two contenders, append cost only, their windows interleaved (A B, B A,
-    ...) so that both see the same disk and CPU weather: the ratio for the
-    matched-durability goals on a shared machine.
+``python -m bench.run_one --paired NAME@LENGTH NAME@LENGTH --workdir DIR``
+    two trials (two contenders at one length, or one contender at two
+    lengths), append cost only, their windows interleaved (A B, B A, ...) so
+    that both see the same disk and CPU weather: the ratios for the
+    matched-durability and flat-curve goals on a shared machine.
 
 The protocol:
 
@@ -59,6 +60,7 @@ from .sendability import count
 SHORT = 1_000
 LAST = 50
 WINDOWS = 15
+PAIRED_WINDOWS = 25
 QUICK_WINDOWS = 5
 TIME_BUDGET = 20.0  # seconds of timed appends per long-conversation point
 
@@ -137,13 +139,15 @@ class Trial:
     """One contender at one length: prepared once, then timed window by window."""
 
     def __init__(self, name: str, length: int, workdir: Path, *, quick: bool = False,
-                 seed: int = workload.DEFAULT_SEED) -> None:
+                 seed: int = workload.DEFAULT_SEED, windows: int = WINDOWS,
+                 max_size: int = 50) -> None:
         self.cls = by_name(name)
         self.length = length
         self.workdir = workdir
         self.short = length <= SHORT
-        self.windows = QUICK_WINDOWS if quick else WINDOWS
-        self.size = min(50, max(10, length // 20)) if self.short else 50
+        self.windows = QUICK_WINDOWS if quick else windows
+        self.max_size = max_size
+        self.size = min(max_size, max(10, length // 20)) if self.short else max_size
         self.seed = seed
         self.quick = quick
         self.out: dict[str, Any] = {"contender": name, "length": length}
@@ -202,7 +206,7 @@ class Trial:
                 for i in range(3)]
         self.position = length + 3
         cost = statistics.median(warm) / 1e9
-        self.size = max(1, min(50, int(0.02 / max(cost, 1e-9))))
+        self.size = max(1, min(self.max_size, int(0.02 / max(cost, 1e-9))))
         by_time = int(TIME_BUDGET / max(cost * self.size, 1e-9))
         by_drift = int(0.05 * length / self.size)
         self.windows = max(3, min(self.windows, by_time, by_drift))
@@ -291,8 +295,11 @@ def measure(name: str, length: int, workdir: Path, *, quick: bool = False,
     for index in range(trial.windows):
         trial.window(index)
     trial.finish_timing()
-    trial.reads_and_sendability()
     out = trial.out
+    appending_kb = _status_kb("VmHWM")
+    if peak_reset and appending_kb is not None and baseline_kb is not None:
+        out["own_rss_append_mb"] = (appending_kb - baseline_kb) / 1024
+    trial.reads_and_sendability()
     peak_kb = _status_kb("VmHWM")
     out["peak_rss_mb"] = peak_kb / 1024 if peak_kb is not None else None
     out["own_rss_mb"] = ((peak_kb - baseline_kb) / 1024
@@ -304,12 +311,20 @@ def measure(name: str, length: int, workdir: Path, *, quick: bool = False,
     return out
 
 
-def paired(first: str, second: str, length: int, workdir: Path, *, quick: bool = False,
+def paired(first: str, second: str, workdir: Path, *, quick: bool = False,
            seed: int = workload.DEFAULT_SEED) -> dict[str, Any]:
-    """Append cost of two contenders with interleaved windows, and their ratio."""
-    out: dict[str, Any] = {"paired": [first, second], "length": length}
-    trials = [Trial(name, length, workdir / name, quick=quick, seed=seed)
-              for name in (first, second)]
+    """Append cost of two ``name@length`` trials with interleaved windows, and their ratio.
+
+    The two may be two contenders at one length (flowmem against its floor, a
+    peer against flowmem) or one contender at two lengths (is its curve flat?).
+    """
+    specs = [first, second]
+    out: dict[str, Any] = {"paired": specs}
+    trials = []
+    for spec in specs:
+        name, _, length = spec.partition("@")
+        trials.append(Trial(name, int(length), workdir / spec.replace("@", "-"), quick=quick,
+                            seed=seed, windows=PAIRED_WINDOWS, max_size=20))
     for trial in trials:
         skip = trial.skip_reason()
         if skip:
@@ -322,13 +337,15 @@ def paired(first: str, second: str, length: int, workdir: Path, *, quick: bool =
     windows = min(trial.windows for trial in trials)
     ratios = []
     for index in range(windows):
-        order = trials if index % 2 == 0 else trials[::-1]
-        values = {trial.cls.name: trial.window(index) for trial in order}
+        order = list(zip(specs, trials, strict=True))
+        values = {spec: trial.window(index) for spec, trial in
+                  (order if index % 2 == 0 else order[::-1])}
         ratios.append(values[first] / values[second])
     for trial in trials:
         trial.finish_timing()
         trial.close()
-    out["us_per_msg"] = {trial.cls.name: trial.out["us_per_msg"] for trial in trials}
+    out["us_per_msg"] = {spec: trial.out["us_per_msg"]
+                         for spec, trial in zip(specs, trials, strict=True)}
     out["ratio_median"] = statistics.median(ratios)
     out["ratios"] = [round(r, 3) for r in ratios]
     out["windows"] = windows
@@ -338,26 +355,26 @@ def paired(first: str, second: str, length: int, workdir: Path, *, quick: bool =
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="+", help="NAME LENGTH, or with --paired A B LENGTH")
+    parser.add_argument("names", nargs="+",
+                        help="NAME LENGTH, or with --paired NAME@LENGTH NAME@LENGTH")
     parser.add_argument("--paired", action="store_true")
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seed", type=int, default=workload.DEFAULT_SEED)
     args = parser.parse_args(argv)
-    *names, length_text = args.names
-    length = int(length_text)
-    if len(names) != (2 if args.paired else 1):
-        parser.error("expected NAME LENGTH, or --paired NAME_A NAME_B LENGTH")
+    if len(args.names) != 2:
+        parser.error("expected NAME LENGTH, or --paired NAME@LENGTH NAME@LENGTH")
     try:
         if args.paired:
-            result = paired(names[0], names[1], length, args.workdir, quick=args.quick,
+            result = paired(args.names[0], args.names[1], args.workdir, quick=args.quick,
                             seed=args.seed)
         else:
-            result = measure(names[0], length, args.workdir, quick=args.quick, seed=args.seed)
+            result = measure(args.names[0], int(args.names[1]), args.workdir,
+                             quick=args.quick, seed=args.seed)
     except Exception as exc:
         traceback.print_exc()
-        result = {"contender": "+".join(names), "length": length, "status": "error",
-                  "reason": f"{type(exc).__name__}: {exc}"}
+        result = {"names": args.names, "paired": args.names if args.paired else None,
+                  "status": "error", "reason": f"{type(exc).__name__}: {exc}"}
     print(json.dumps(result), flush=True)
     return 0
 

@@ -85,6 +85,10 @@ class LangGraphSqliteSaver(Contender):
     name = "langgraph-sqlitesaver"
     label = "LangGraph StateGraph + SqliteSaver"
     durability = "WAL (set by SqliteSaver.setup), synchronous=FULL (SQLite's default)"
+    max_length = 10_000
+    max_length_reason = ("one append there takes seconds (each invoke re-serializes the whole "
+                         "list into three new checkpoints) and the curve is plain by 10,000; "
+                         "it would add minutes to the run")
     notes = ("One no-op node, one `invoke` per appended message (default durability "
              "`\"async\"`); each invoke writes new checkpoints holding the whole list. "
              "Prefilled with ONE invoke carrying the whole prefix. Reads through "
