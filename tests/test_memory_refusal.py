@@ -107,6 +107,7 @@ OPERATIONS: dict[str, Operation] = {
 def _check_neutral(name: str, result: Any, scope: str) -> None:
     assert result.scope == scope
     assert result.resolved_scope_id == ""
+    assert result.refused is True
     if name == "read":
         assert result.value == {"sentinel": 1} and result.found is False
     elif name in ("write", "delete"):
@@ -203,7 +204,8 @@ def test_mem6_mem13_usable_identity_reaches_the_store_under_its_own_id(
     touched = {(k.scope, k.scope_id) for k in spy.keys_touched()}
     print(f"\nMEM-6/13 usable ids: user -> {wrote.resolved_scope_id!r}, "
           f"session -> {appended.resolved_scope_id!r}, keys touched {sorted(touched)}")
-    assert (wrote.ok, wrote.resolved_scope_id) == (True, "42")
+    assert (wrote.ok, wrote.resolved_scope_id, wrote.refused) == (True, "42", False)
+    assert appended.refused is False
     assert (appended.count, appended.appended, appended.resolved_scope_id) == (1, 1, "7")
     assert touched == {("user", "42"), ("session", "7")}
     assert _flowmem_warnings(caplog) == []
