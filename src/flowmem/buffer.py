@@ -54,6 +54,7 @@ __all__ = [
     "append",
     "check_max_messages",
     "derive_indexes",
+    "edit_entries",
 ]
 
 
@@ -167,24 +168,14 @@ class ConversationBuffer:
     def edit(self, position: int, message: Message | None) -> bool:
         """Replace (or with ``None`` delete) the entry at ``position`` (MEM-15 admin path).
 
-        The indexes are derived again, so this costs O(length). Returns
-        whether an entry stood at ``position``. A replacement answering an id
-        that another entry answers is refused (:class:`InvalidInput`): no
-        edit can store a result twice (MEM-1).
+        Decided by :func:`edit_entries`; the indexes are derived again, so
+        this costs O(length). Returns whether an entry stood at ``position``.
         """
-        replacement = None if message is None else canonical_message(message, where="message")
-        try:
-            index = self._find(position)
-        except LookupError:
+        edited = edit_entries([(e.pos, e.message) for e in self._entries], position, message)
+        if edited is None:
             return False
-        answered = None if replacement is None else result_id(replacement)
-        if answered is not None and any(e.pos != position for e in self._results.get(answered, ())):
-            raise InvalidInput(f"another entry already answers {answered!r}")
         self._freeze_last()
-        if replacement is None:
-            del self._entries[index]
-        else:
-            self._entries[index].message = replacement
+        self._entries = [_Entry(pos, body) for pos, body in edited]
         self._reindex()
         return True
 
@@ -361,6 +352,35 @@ def derive_indexes(entries: Iterable[tuple[int, Message]]) -> Indexes:
     pending = [PendingCall(call, *min(turns)) for call, turns in calls.items()
                if call not in results]
     return Indexes(results, calls, pending)
+
+
+def edit_entries(entries: Sequence[tuple[int, Message]], position: int,
+                 message: Message | None) -> list[tuple[int, Message]] | None:
+    """The administrative edit (MEM-15), decided once for every store.
+
+    Returns the ``(position, message)`` entries after replacing (or, with
+    ``None``, deleting) the one at ``position``, or ``None`` when no entry
+    stands there. A replacement is validated strictly and refused
+    (:class:`~flowmem.errors.InvalidInput`) when it changes the message's role
+    — healing places placeholders right after a block of tool messages, and a
+    role change would move those blocks under it — or answers an id another
+    entry already answers (no edit stores a result twice, MEM-1).
+    """
+    replacement = None if message is None else canonical_message(message, where="message")
+    index = next((i for i, (pos, _) in enumerate(entries) if pos == position), None)
+    if index is None:
+        return None
+    kept = [*entries[:index], *entries[index + 1:]]
+    if replacement is None:
+        return kept
+    role = entries[index][1]["role"]
+    if replacement["role"] != role:
+        raise InvalidInput(f"an edit keeps the message's role ({role!r}), "
+                           f"got {replacement['role']!r}")
+    answered = result_id(replacement)
+    if answered is not None and any(result_id(body) == answered for _, body in kept):
+        raise InvalidInput(f"another entry already answers {answered!r}")
+    return [*entries[:index], (position, replacement), *entries[index + 1:]]
 
 
 def _resolve(turn: TurnRef, added: dict[int, int]) -> int:

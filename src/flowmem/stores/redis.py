@@ -67,16 +67,15 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
+from ..buffer import edit_entries
 from ..errors import (
-    InvalidInput,
     InvalidStoreURL,
     KeyConflict,
     MissingDependency,
     StoreError,
     StoreUnavailable,
 )
-from ..ids import result_id
-from ..messages import Message, canonical_message
+from ..messages import Message
 from ..plan import SLOT, AppendPlan, BufferView, mentioned_ids, needs_pending, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage
@@ -347,16 +346,15 @@ class RedisStore:
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
         """The administrative path (MEM-15): rewrite the buffer's keys under ``WATCH``."""
-        replacement = None if message is None else canonical_message(message, where="message")
         names = self._names(key)
         with self._hold(names, _EDIT_LOCK_WAIT), self._errors("edit"):
             while True:
                 try:
-                    return self._edit(names, position, replacement)
+                    return self._edit(names, position, message)
                 except self._redis.exceptions.WatchError:
                     continue  # an unserialized append got in between: read again
 
-    def _edit(self, names: Names, position: int, replacement: Message | None) -> bool:
+    def _edit(self, names: Names, position: int, message: Message | None) -> bool:
         with self._client.pipeline(transaction=True) as pipe:
             pipe.watch(names.meta, names.value)
             if pipe.exists(names.value) or not pipe.exists(names.meta):
@@ -364,15 +362,10 @@ class RedisStore:
             stored = pipe.zrange(names.pos, 0, -1)
             bodies = pipe.hmget(names.body, stored) if stored else []
             entries = [(int(p), decode(b.decode())) for p, b in zip(stored, bodies, strict=True)]
-            if all(pos != position for pos, _ in entries):
+            edited = edit_entries(entries, position, message)
+            if edited is None:
                 return False
-            answered = None if replacement is None else result_id(replacement)
-            held = None if answered is None else pipe.hget(names.res, answered)
-            if held is not None and held.lstrip(b"h") != str(position).encode():
-                raise InvalidInput(f"another entry already answers {answered!r}")  # MEM-1
-            entries = [(pos, replacement if pos == position else body) for pos, body in entries
-                       if pos != position or replacement is not None]
-            keys = rewrite(entries)
+            keys = rewrite(edited)
             pipe.multi()
             pipe.delete(names.pos, names.body, names.info, names.res, names.calls, names.pend)
             for target, mapping in ((names.body, keys.body), (names.info, keys.info),
@@ -382,7 +375,7 @@ class RedisStore:
                     pipe.hset(target, mapping=mapping)
             if keys.pos:
                 pipe.zadd(names.pos, keys.pos)
-            pipe.hset(names.meta, mapping={"ver": uuid.uuid4().hex, "count": len(entries)})
+            pipe.hset(names.meta, mapping={"ver": uuid.uuid4().hex, "count": len(edited)})
             pipe.execute()
             return True
 

@@ -27,10 +27,10 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from ..buffer import derive_indexes
-from ..errors import InvalidInput, KeyConflict
-from ..ids import is_healed, result_id
-from ..messages import Message, canonical_message, healed_placeholder
+from ..buffer import derive_indexes, edit_entries
+from ..errors import KeyConflict
+from ..ids import is_healed
+from ..messages import Message, healed_placeholder
 from ..plan import (
     AddEntry,
     AppendPlan,
@@ -250,24 +250,16 @@ class SQLConversations:
 
     # -- the administrative path (MEM-15) ----------------------------------------
     def edit(self, buffer_id: int, position: int, message: Message | None) -> bool:
-        """Replace or delete one entry, then derive the indexes again (O(length))."""
-        replacement = None if message is None else canonical_message(message, where="message")
-        if not self.run("SELECT 1 FROM messages WHERE buffer_id = ? AND pos = ?",
-                        (buffer_id, position)):
-            return False
-        answered = None if replacement is None else result_id(replacement)
-        if answered is not None and self.run(
-                "SELECT 1 FROM messages WHERE buffer_id = ? AND result_id = ? AND pos <> ?",
-                (buffer_id, answered, position)):
-            raise InvalidInput(f"another entry already answers {answered!r}")
+        """Replace or delete one entry (decided by :func:`~flowmem.buffer.edit_entries`),
+        then derive the indexes again: O(length), the administrative path only."""
         rows = self.run("SELECT pos, body FROM messages WHERE buffer_id = ? ORDER BY pos",
                         (buffer_id,))
-        entries = [(int(pos), decode(body)) for pos, body in rows]
-        entries = [(pos, replacement) if pos == position else (pos, body)
-                   for pos, body in entries if pos != position or replacement is not None]
+        edited = edit_entries([(int(pos), decode(body)) for pos, body in rows], position, message)
+        if edited is None:
+            return False
         for table in ("messages", "calls", "pending"):
             self.run(f"DELETE FROM {table} WHERE buffer_id = ?", (buffer_id,))
-        self._rewrite(buffer_id, entries)
+        self._rewrite(buffer_id, edited)
         return True
 
     def _rewrite(self, buffer_id: int, entries: list[tuple[int, Message]]) -> None:

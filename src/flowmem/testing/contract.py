@@ -259,6 +259,19 @@ class StoreContract:
         assert store.edit(key, positions[1], tool("c1", "corrected"))
         assert _messages(store, key)[1]["content"] == "corrected"
 
+    def test_mem15_edit_keeps_the_role_so_healing_positions_stay_free(self, store: Store) -> None:
+        key = fresh_key()
+        _append(store, key, [user("q"), assistant("c1", "c2"), user("u")])
+        positions = store.history(key).positions
+        before = _messages(store, key)
+        with pytest.raises(InvalidInput):
+            store.edit(key, positions[3], user("was a placeholder"))
+        assert _messages(store, key) == before
+        assert store.edit(key, positions[3], None)
+        _append(store, key, [user("v")])  # c2 healed again, into the freed position
+        assert [m["role"] for m in _messages(store, key)] == ["user", "assistant", "tool", "tool",
+                                                             "user", "user"]
+
     # -- concurrency (MEM-12) ---------------------------------------------------------
     def test_mem12_held_lock_times_out_into_unserialized_append(self, store: Store) -> None:
         key = fresh_key()
