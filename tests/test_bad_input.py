@@ -389,12 +389,9 @@ def test_mem14_history_bad_last_is_invalid_input(pair: dict[str, Memory], last: 
     assert problems == []
 
 
-# -- bugs found (xfail strict: they flip to failures once fixed) ----------------------------
+# -- found as bugs, fixed: subclasses, huge ints, history cursors ----------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an int of more than 4300 digits is stored by "
-                   "memory:// but sqlite:// raises a raw ValueError (json int-to-str limit), "
-                   "not a FlowmemError; the backends disagree")
 @pytest.mark.parametrize("where", ["value", "content", "metadata"])
 def test_mem14_int_beyond_str_digit_limit_is_consistent(pair: dict[str, Memory],
                                                         where: str) -> None:
@@ -407,8 +404,6 @@ def test_mem14_int_beyond_str_digit_limit_is_consistent(pair: dict[str, Memory],
     assert problems == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: memory:// keeps str/int subclass instances "
-                   "(IntEnum, str subclass) while sqlite:// returns plain str/int")
 @pytest.mark.parametrize("value", [_Color.RED, _Text("x")], ids=["IntEnum", "str-subclass"])
 def test_mem7_subclasses_of_json_scalars_read_back_as_plain_json(
         pair: dict[str, Memory], value: Any) -> None:
@@ -418,9 +413,6 @@ def test_mem7_subclasses_of_json_scalars_read_back_as_plain_json(
     assert problems == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: history(before=...) is not validated: memory:// "
-                   "raises a raw TypeError for before='x', sqlite:// returns every row; "
-                   "before/last >= 2**63 raise a raw OverflowError on sqlite:// only")
 @pytest.mark.parametrize(("last", "before"), [(2, "x"), (2, 2**63), (2**63, None)],
                          ids=["before-str", "before-2**63", "last-2**63"])
 def test_mem14_history_bad_cursor_is_a_typed_error_on_both_backends(

@@ -108,6 +108,14 @@ def _check_key(key: Any) -> str:
     return key
 
 
+def _check_cursor(name: str, value: Any, *, low: int) -> None:
+    """``last``/``before``: None or an int that every backend can index (64-bit)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2 ** 63:
+        raise InvalidInput(f"{name} must be None or an integer in [{low}, 2**63), got {value!r}")
+
+
 class Memory:
     """Conversation memory over one store.
 
@@ -201,8 +209,8 @@ class Memory:
     def history(self, scope: str, key: str, *, context: ExecutionContext | None,
                 last: int | None = None, before: int | None = None) -> HistoryResult:
         """A page of the conversation, without loading the whole of it."""
-        if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 0):
-            raise InvalidInput(f"last must be None or an integer >= 0, got {last!r}")
+        _check_cursor("last", last, low=0)
+        _check_cursor("before", before, low=-(2 ** 63))
         where = self._locate("history", scope, key, context)
         if where is None:
             return HistoryResult(scope=scope, refused=True)

@@ -27,6 +27,7 @@ from .ids import result_id
 
 __all__ = [
     "HEALED_CONTENT",
+    "MAX_INT_BITS",
     "MAX_JSON_DEPTH",
     "ROLES",
     "Message",
@@ -45,6 +46,10 @@ HEALED_CONTENT: Final = "Tool call was interrupted; no result."
 MAX_JSON_DEPTH: Final = 100
 """Containers nested deeper than this are refused, the same way on every backend."""
 
+MAX_INT_BITS: Final = 4096
+"""Integers wider than this are refused: JSON text of them is impractical (and
+Python refuses to print ints over 4300 digits by default)."""
+
 _TOP_LEVEL: Final = ("role", "content", "metadata")
 
 
@@ -57,12 +62,21 @@ class _NotJSON(Exception):
 
 
 def _copy(value: Any, path: str, depth: int) -> Any:
-    if value is None or isinstance(value, str | bool | int):
+    # Subclasses (IntEnum, str subclasses) become the plain type, as they read back
+    # from every database.
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return value if type(value) is str else str.__str__(value)
+    if isinstance(value, int):
+        if value.bit_length() > MAX_INT_BITS:
+            raise _NotJSON(path, f"integer of {value.bit_length()} bits is too large "
+                           f"(at most {MAX_INT_BITS})", wrong_type=False)
+        return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise _NotJSON(path, f"{value!r} is not a JSON number", wrong_type=False)
-        return value
+        return float(value)
     if depth >= MAX_JSON_DEPTH:
         raise _NotJSON(path, f"nested deeper than {MAX_JSON_DEPTH} levels", wrong_type=False)
     if isinstance(value, Mapping):
@@ -86,9 +100,10 @@ def json_copy(value: Any, *, what: str = "value") -> Any:
     """A deep copy of a JSON value, or :class:`InvalidValue` naming what is wrong.
 
     JSON here means: ``None``, ``str`` (any code points, ``\\u0000`` and lone
-    surrogates included), ``bool``, ``int``, finite ``float``, lists (tuples
-    become lists) and string-keyed mappings, nested at most
-    :data:`MAX_JSON_DEPTH` levels.
+    surrogates included), ``bool``, ``int`` of at most :data:`MAX_INT_BITS`
+    bits, finite ``float``, lists (tuples become lists) and string-keyed
+    mappings, nested at most :data:`MAX_JSON_DEPTH` levels. Subclasses of
+    ``str``/``int``/``float`` become the plain type.
     """
     try:
         return _copy(value, "", 0)
