@@ -38,13 +38,15 @@ def usable_id(value: Any) -> str | None:
     character or a lone surrogate), so every backend treats it the same way.
     The result is the trimmed string.
     """
-    if isinstance(value, bool):
+    kind = type(value)
+    if kind is str:
+        text = value.strip()
+    elif kind is int:
+        text = str(value)
+    elif isinstance(value, bool) or not isinstance(value, int | str):
         return None
-    if isinstance(value, int):
-        value = str(value)
-    if not isinstance(value, str):
-        return None
-    text = value.strip()
+    else:  # a subclass of int or str: read as the plain value
+        text = str(int(value)) if isinstance(value, int) else str.__str__(value).strip()
     if not text or text == "0" or not is_key_text(text):
         return None
     return text
@@ -54,6 +56,8 @@ def is_key_text(value: str) -> bool:
     """Whether every backend can hold ``value`` as a key: no NUL, no lone surrogate."""
     if "\x00" in value:
         return False
+    if value.isascii():
+        return True
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -67,7 +71,7 @@ def _field(message: Mapping[str, Any], name: str) -> Any:
     if value is not None:
         return value
     metadata = message.get("metadata")
-    if isinstance(metadata, Mapping):
+    if type(metadata) is dict or isinstance(metadata, Mapping):
         return metadata.get(name)
     return None
 
@@ -129,7 +133,7 @@ def result_id(message: Mapping[str, Any]) -> str | None:
     found = usable_id(message.get("tool_call_id"))
     if found is None:
         metadata = message.get("metadata")
-        if isinstance(metadata, Mapping):
+        if type(metadata) is dict or isinstance(metadata, Mapping):
             found = usable_id(metadata.get("tool_call_id"))
     return found
 

@@ -54,41 +54,73 @@ _TOP_LEVEL: Final = ("role", "content", "metadata")
 
 
 class _NotJSON(Exception):
-    def __init__(self, path: str, reason: str, *, wrong_type: bool = True) -> None:
+    """Raised deep inside a value; each container on the way out adds its step."""
+
+    def __init__(self, reason: str, *, wrong_type: bool = True) -> None:
         super().__init__(reason)
-        self.path = path
         self.reason = reason
         self.wrong_type = wrong_type
+        self.steps: list[str] = []
+
+    @property
+    def path(self) -> str:
+        return "".join(reversed(self.steps)).lstrip(".")
 
 
-def _copy(value: Any, path: str, depth: int) -> Any:
+def _copy(value: Any, depth: int) -> Any:
+    kind = type(value)
+    if kind is str or value is None or kind is bool:
+        return value
+    if kind is dict and depth < MAX_JSON_DEPTH:  # the common case, without ABC checks
+        return _copy_mapping(value, depth)
+    return _copy_other(value, depth)
+
+
+def _copy_mapping(value: Mapping[Any, Any], depth: int) -> dict[str, Any]:
+    copied: dict[str, Any] = {}
+    for key, item in value.items():
+        if type(key) is not str:
+            if not isinstance(key, str):
+                raise _NotJSON(f"object key {key!r} is not a string")
+            key = str.__str__(key)
+        try:
+            copied[key] = _copy(item, depth + 1)
+        except _NotJSON as exc:
+            exc.steps.append(f".{key}")
+            raise
+    return copied
+
+
+def _copy_other(value: Any, depth: int) -> Any:
     # Subclasses (IntEnum, str subclasses) become the plain type, as they read back
     # from every database.
-    if value is None or isinstance(value, bool):
-        return value
+    if isinstance(value, bool):
+        return bool(value)
     if isinstance(value, str):
-        return value if type(value) is str else str.__str__(value)
+        return str.__str__(value)
     if isinstance(value, int):
         if value.bit_length() > MAX_INT_BITS:
-            raise _NotJSON(path, f"integer of {value.bit_length()} bits is too large "
+            raise _NotJSON(f"integer of {value.bit_length()} bits is too large "
                            f"(at most {MAX_INT_BITS})", wrong_type=False)
         return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise _NotJSON(path, f"{value!r} is not a JSON number", wrong_type=False)
+            raise _NotJSON(f"{value!r} is not a JSON number", wrong_type=False)
         return float(value)
     if depth >= MAX_JSON_DEPTH:
-        raise _NotJSON(path, f"nested deeper than {MAX_JSON_DEPTH} levels", wrong_type=False)
+        raise _NotJSON(f"nested deeper than {MAX_JSON_DEPTH} levels", wrong_type=False)
     if isinstance(value, Mapping):
-        copied: dict[str, Any] = {}
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise _NotJSON(path, f"object key {key!r} is not a string")
-            copied[key] = _copy(item, f"{path}.{key}" if path else key, depth + 1)
-        return copied
+        return _copy_mapping(value, depth)
     if isinstance(value, list | tuple):
-        return [_copy(item, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
-    raise _NotJSON(path, f"{type(value).__name__} is not JSON-serializable")
+        copied = []
+        for index, item in enumerate(value):
+            try:
+                copied.append(_copy(item, depth + 1))
+            except _NotJSON as exc:
+                exc.steps.append(f"[{index}]")
+                raise
+        return copied
+    raise _NotJSON(f"{type(value).__name__} is not JSON-serializable")
 
 
 def _joined(path: str) -> str:
@@ -106,7 +138,7 @@ def json_copy(value: Any, *, what: str = "value") -> Any:
     ``str``/``int``/``float`` become the plain type.
     """
     try:
-        return _copy(value, "", 0)
+        return _copy(value, 0)
     except _NotJSON as exc:
         where = what + _joined(exc.path)
         raise InvalidValue(f"{where}: {exc.reason}") from None
@@ -114,7 +146,7 @@ def json_copy(value: Any, *, what: str = "value") -> Any:
 
 def _field_copy(value: Any, field: str, index: int | None, where: str) -> Any:
     try:
-        return _copy(value, "", 0)
+        return _copy(value, 0)
     except _NotJSON as exc:
         name = field + _joined(exc.path)
         error = MessageTypeError if exc.wrong_type else InvalidMessage
@@ -129,7 +161,7 @@ def canonical_message(message: Any, *, index: int | None = None,
     subclass) naming ``where[index].field`` when the message is not a
     mapping, its role is missing or unknown, or a field is not JSON.
     """
-    if not isinstance(message, Mapping):
+    if type(message) is not dict and not isinstance(message, Mapping):
         raise MessageTypeError(f"expected a message mapping, got {type(message).__name__}",
                                index=index, where=where)
     role = message.get("role")
@@ -137,7 +169,8 @@ def canonical_message(message: Any, *, index: int | None = None,
         raise InvalidMessage(f"role must be one of {sorted(ROLES)}, got {role!r}",
                              index=index, field="role", where=where)
     given_metadata = message.get("metadata")
-    if given_metadata is not None and not isinstance(given_metadata, Mapping):
+    if given_metadata is not None and type(given_metadata) is not dict \
+            and not isinstance(given_metadata, Mapping):
         raise MessageTypeError(f"metadata must be a mapping, got {type(given_metadata).__name__}",
                                index=index, field="metadata", where=where)
     metadata: dict[str, Any] = _field_copy(given_metadata or {}, "metadata", index, where)

@@ -92,16 +92,22 @@ class SQLConversations:
         return int(rows[0][0]) if rows else None
 
     def open_buffer(self, key: StorageKey) -> tuple[int, int, int]:
-        """``(id, count, next_pos)`` of the key's buffer, created and row-locked."""
-        if self.run("SELECT 1 FROM kv WHERE scope = ? AND scope_id = ? AND key = ?",
-                    (key.scope, key.scope_id, key.key)):
-            raise KeyConflict(f"key {key.key!r} holds a plain value, not a conversation")
-        self.run("INSERT INTO buffers (scope, scope_id, key) VALUES (?, ?, ?) "
-                 "ON CONFLICT (scope, scope_id, key) DO NOTHING",
-                 (key.scope, key.scope_id, key.key))
-        rows = self.run("SELECT id, count, next_pos FROM buffers "
-                        "WHERE scope = ? AND scope_id = ? AND key = ?" + self.lock_row,
-                        (key.scope, key.scope_id, key.key))
+        """``(id, count, next_pos)`` of the key's buffer, created and row-locked.
+
+        One statement when the buffer exists (a key never holds a value and a
+        conversation at once: ``write`` drops the buffer, ``append`` refuses a
+        value), three when it is created.
+        """
+        where = (key.scope, key.scope_id, key.key)
+        select = ("SELECT id, count, next_pos FROM buffers "
+                  "WHERE scope = ? AND scope_id = ? AND key = ?" + self.lock_row)
+        rows = self.run(select, where)
+        if not rows:
+            if self.run("SELECT 1 FROM kv WHERE scope = ? AND scope_id = ? AND key = ?", where):
+                raise KeyConflict(f"key {key.key!r} holds a plain value, not a conversation")
+            self.run("INSERT INTO buffers (scope, scope_id, key) VALUES (?, ?, ?) "
+                     "ON CONFLICT (scope, scope_id, key) DO NOTHING", where)
+            rows = self.run(select, where)
         return int(rows[0][0]), int(rows[0][1]), int(rows[0][2])
 
     def drop_buffer(self, buffer_id: int) -> None:
@@ -111,22 +117,31 @@ class SQLConversations:
 
     # -- the planner's view ---------------------------------------------------
     def view(self, buffer_id: int, incoming: Sequence[Message]) -> BufferView:
-        """Indexed look-ups for the ids ``incoming`` mentions (and pending calls)."""
+        """The planner's view in one statement: results and declarations of the ids
+        ``incoming`` mentions, and the pending calls when it heals (indexed look-ups)."""
         ids = sorted(mentioned_ids(incoming))
+        parts: list[str] = []
+        params: list[Any] = []
+        if ids:
+            parts += [f"SELECT 0, result_id, healed, 0 FROM messages WHERE buffer_id = ? "
+                      f"AND result_id IN ({_marks(ids)})",
+                      f"SELECT 1, call_id, 0, 0 FROM calls WHERE buffer_id = ? "
+                      f"AND call_id IN ({_marks(ids)})"]
+            params += [buffer_id, *ids, buffer_id, *ids]
+        if needs_pending(incoming):
+            parts.append("SELECT 2, call_id, turn_pos, ord FROM pending WHERE buffer_id = ?")
+            params.append(buffer_id)
         results: dict[str, bool] = {}
         declared: set[str] = set()
-        if ids:
-            for call, healed in self.run(
-                    f"SELECT result_id, healed FROM messages WHERE buffer_id = ? "
-                    f"AND result_id IN ({_marks(ids)})", (buffer_id, *ids)):
-                results[call] = bool(healed)
-            declared = {row[0] for row in self.run(
-                f"SELECT DISTINCT call_id FROM calls WHERE buffer_id = ? "
-                f"AND call_id IN ({_marks(ids)})", (buffer_id, *ids))}
         pending: list[PendingCall] = []
-        if needs_pending(incoming):
-            pending = [PendingCall(call, int(turn), int(order)) for call, turn, order in self.run(
-                "SELECT call_id, turn_pos, ord FROM pending WHERE buffer_id = ?", (buffer_id,))]
+        if parts:
+            for kind, call, first, second in self.run(" UNION ALL ".join(parts), params):
+                if kind == 0:
+                    results[call] = bool(first)
+                elif kind == 1:
+                    declared.add(call)
+                else:
+                    pending.append(PendingCall(call, int(first), int(second)))
         return BufferView(results, declared, pending)
 
     # -- applying a plan ------------------------------------------------------
@@ -167,13 +182,18 @@ class SQLConversations:
         else:
             self.run("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
                      "VALUES (?, ?, ?, NULL, 0, ?)", (buffer_id, pos, op.message["role"], body))
-        for order, call in enumerate(op.declares):
-            self.run("INSERT INTO calls (buffer_id, call_id, turn_pos, ord) VALUES (?, ?, ?, ?) "
-                     "ON CONFLICT DO NOTHING", (buffer_id, call, pos, order))
-        for call, order in op.opens:
-            self.run("INSERT INTO pending (buffer_id, call_id, turn_pos, ord) VALUES (?, ?, ?, ?) "
-                     "ON CONFLICT DO NOTHING", (buffer_id, call, pos, order))
+        self._insert_calls("calls", buffer_id, pos, list(enumerate(op.declares)))
+        self._insert_calls("pending", buffer_id, pos, [(order, c) for c, order in op.opens])
         return True
+
+    def _insert_calls(self, table: str, buffer_id: int, pos: int,
+                      calls: list[tuple[int, str]]) -> None:
+        """One multi-row insert of a turn's declarations (or its new pending calls)."""
+        if calls:
+            rows = ", ".join("(?, ?, ?, ?)" for _ in calls)
+            params = [value for order, call in calls for value in (buffer_id, call, pos, order)]
+            self.run(f"INSERT INTO {table} (buffer_id, call_id, turn_pos, ord) VALUES {rows} "
+                     "ON CONFLICT DO NOTHING", params)
 
     def _heal(self, buffer_id: int, turn: int, call_ids: Sequence[str]) -> int:
         """Placeholders after ``turn``'s block of results (MEM-3); returns how many."""
