@@ -39,6 +39,7 @@ def usable_id(value: Any) -> str | None:
     The result is the trimmed string.
     """
     kind = type(value)
+    text: str
     if kind is str:
         text = value.strip()
     elif kind is int:
