@@ -334,13 +334,8 @@ class PostgresStore:
 
     def keys(self, scope: str, scope_id: str, *, prefix: str = "",
              after: str | None = None, limit: int = 100) -> list[str]:
-        low = max(prefix, after) if after is not None else prefix
-        query = ("SELECT key FROM {t} WHERE scope = ? AND scope_id = ? AND key >= ? "
-                 "AND key < ? AND key <> ?")
-        params = (scope, scope_id, low, prefix + "\U0010ffff", after or "")
-        union = f"{query.format(t='kv')} UNION {query.format(t='buffers')} ORDER BY key LIMIT ?"
         with self._transaction(read_only=True) as tx:
-            return [row[0] for row in tx.sql.run(union, (*params, *params, limit))]
+            return tx.sql.keys(scope, scope_id, prefix, after, limit)
 
     def lock(self, key: StorageKey, timeout: float) -> AbstractContextManager[bool]:
         """Hold ``key``'s advisory lock in a transaction of its own while the block runs."""

@@ -110,6 +110,16 @@ class SQLConversations:
             rows = self.run(select, where)
         return int(rows[0][0]), int(rows[0][1]), int(rows[0][2])
 
+    def keys(self, scope: str, scope_id: str, prefix: str, after: str | None,
+             limit: int) -> list[str]:
+        """Value and conversation keys under one scope id, by code point, paged by ``after``."""
+        low = max(prefix, after) if after is not None else prefix
+        query = ("SELECT key FROM {t} WHERE scope = ? AND scope_id = ? AND key >= ? "
+                 "AND key < ? AND key <> ?")
+        params = (scope, scope_id, low, prefix + "\U0010ffff", after or "")
+        union = f"{query.format(t='kv')} UNION {query.format(t='buffers')} ORDER BY key LIMIT ?"
+        return [row[0] for row in self.run(union, (*params, *params, limit))]
+
     def drop_buffer(self, buffer_id: int) -> None:
         for table in ("messages", "calls", "pending"):
             self.run(f"DELETE FROM {table} WHERE buffer_id = ?", (buffer_id,))
