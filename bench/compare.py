@@ -149,6 +149,18 @@ def _sqlite_defaults() -> str:
             f"{names.get(wal, wal)} after journal_mode=WAL")
 
 
+def flowmem_version() -> str:
+    """The commit measured, and whether flowmem's sources differ from it."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                capture_output=True, text=True, check=False).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "src"], cwd=ROOT,
+                               capture_output=True, text=True, check=False).stdout.strip()
+    except OSError:
+        return "unknown"
+    return commit + (" + uncommitted changes in src/" if dirty else "")
+
+
 def machine() -> dict[str, Any]:
     versions = {}
     for package in PACKAGES:
@@ -156,11 +168,6 @@ def machine() -> dict[str, Any]:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
             versions[package] = "not installed"
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
-                                capture_output=True, text=True, check=False).stdout.strip()
-    except OSError:
-        commit = ""
     return {
         "sqlite_defaults": _sqlite_defaults(),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -170,7 +177,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,
         "platform": platform.platform(),
-        "commit": commit,
+        "commit": flowmem_version(),
         "packages": versions,
         "servers": _servers(),
     }
@@ -180,6 +187,7 @@ def run(lengths: tuple[int, ...], names: list[str], workdir: Path, *, quick: boo
         paired: bool) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     started = time.perf_counter()
+    version = flowmem_version()
     for length in lengths:
         for name in names:
             extra = ["--quick"] if quick else []
@@ -211,7 +219,10 @@ def run(lengths: tuple[int, ...], names: list[str], workdir: Path, *, quick: boo
                              "max_length_reason": cls.max_length_reason,
                              "doc": (sys.modules[cls.__module__].__doc__ or "").strip()}
                   for cls in (by_name(name) for name in names)}
-    return {"machine": machine(), "quick": quick, "lengths": list(lengths),
+    info = machine()
+    if info["commit"] != version:
+        info["commit"] = f"{version} at the start, {info['commit']} at the end"
+    return {"machine": info, "quick": quick, "lengths": list(lengths),
             "seed": workload.DEFAULT_SEED, "elapsed_s": round(time.perf_counter() - started),
             "contenders": contenders, "results": results, "paired": pairs}
 
