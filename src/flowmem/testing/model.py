@@ -117,6 +117,6 @@ def store_model_test(open_store: Callable[[], Store], *, reopenable: bool = Fals
     """
     machine = type("Machine", (StoreModelMachine,),
                    {"open_store": staticmethod(open_store), "reopenable": reopenable})
-    run_state_machine_as_test(machine, settings=settings(  # type: ignore[no-untyped-call]
+    run_state_machine_as_test(machine, settings=settings(  # type: ignore[no-untyped-call, unused-ignore]
         max_examples=max_examples, stateful_step_count=steps, deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]))
