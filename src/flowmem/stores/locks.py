@@ -18,8 +18,6 @@ import hashlib
 import os
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Final
 
 from ..scopes import StorageKey
@@ -53,31 +51,15 @@ class KeyLocks:
             self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
 
     def _thread_lock(self, stripe: int) -> threading.Lock:
-        with self._guard:
-            lock = self._threads.get(stripe)
-            if lock is None:
-                lock = self._threads[stripe] = threading.Lock()
-            return lock
+        lock = self._threads.get(stripe)  # a dict read is atomic; create under the guard
+        if lock is None:
+            with self._guard:
+                lock = self._threads.setdefault(stripe, threading.Lock())
+        return lock
 
-    @contextmanager
-    def hold(self, key: StorageKey, timeout: float) -> Iterator[bool]:
-        """Hold ``key``'s lock; yields ``False`` if it was not had within ``timeout``."""
-        stripe = stripe_of(key)
-        deadline = time.monotonic() + max(timeout, 0.0)
-        thread_lock = self._thread_lock(stripe)
-        if not thread_lock.acquire(timeout=max(timeout, 0.0)):
-            yield False
-            return
-        try:
-            if not self._lock_file(stripe, deadline):
-                yield False
-                return
-            try:
-                yield True
-            finally:
-                self._unlock_file(stripe)
-        finally:
-            thread_lock.release()
+    def hold(self, key: StorageKey, timeout: float) -> _Hold:
+        """Hold ``key``'s lock; entering yields ``False`` if it was not had within ``timeout``."""
+        return _Hold(self, stripe_of(key), max(timeout, 0.0))
 
     def _lock_file(self, stripe: int, deadline: float) -> bool:
         if self._fd is None:
@@ -97,6 +79,42 @@ class KeyLocks:
     def _unlock_file(self, stripe: int) -> None:
         if self._fd is not None:
             fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, stripe, os.SEEK_SET)
+
+
+class _Hold:
+    """The context of one :meth:`KeyLocks.hold` (a class: this is the append's hot path)."""
+
+    __slots__ = ("_file_locked", "_locks", "_stripe", "_thread_lock", "_timeout")
+
+    def __init__(self, locks: KeyLocks, stripe: int, timeout: float) -> None:
+        self._locks = locks
+        self._stripe = stripe
+        self._timeout = timeout
+        self._thread_lock: threading.Lock | None = None
+        self._file_locked = False
+
+    def __enter__(self) -> bool:
+        deadline = time.monotonic() + self._timeout
+        thread_lock = self._locks._thread_lock(self._stripe)
+        if not thread_lock.acquire(timeout=self._timeout):
+            return False
+        self._thread_lock = thread_lock
+        if not self._locks._lock_file(self._stripe, deadline):
+            self._release()
+            return False
+        self._file_locked = True
+        return True
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        if self._file_locked:
+            self._file_locked = False
+            self._locks._unlock_file(self._stripe)
+        if self._thread_lock is not None:
+            self._thread_lock.release()
+            self._thread_lock = None
 
 
 _registry: dict[str, KeyLocks] = {}
