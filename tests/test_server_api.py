@@ -59,6 +59,22 @@ def test_mem7_anonymous_user_scope_is_refused_neutrally_and_nothing_stored(
     assert len(refusals) == 4 and "'n1'" in refusals[0].getMessage()
 
 
+def test_memory_history_pages_a_conversation_and_refuses_neutrally(world: World) -> None:
+    """MEM-14/MEM-7: a runtime reads the last N messages without loading the whole buffer."""
+    messages = [{"role": "user", "content": str(i)} for i in range(5)]
+    memory_op(world, "owner", "append", scope="user", key="chat", messages=messages)
+    page = memory_op(world, "owner", "history", scope="user", key="chat", last=2)
+    assert [m["message"]["content"] for m in page["messages"]] == ["3", "4"]
+    assert page["resolved_scope_id"] == "alice" and page["before"] is not None
+    older = memory_op(world, "owner", "history", scope="user", key="chat", last=10,
+                      before=page["before"])
+    assert [m["message"]["content"] for m in older["messages"]] == ["0", "1", "2"]
+    assert older["before"] is None
+    refused = memory_op(world, "anonymous", "history", scope="user", key="chat")
+    assert refused == {"scope": "user", "resolved_scope_id": "", "refused": True,
+                       "messages": [], "before": None}
+
+
 def test_mem7_session_scope_without_a_session_is_refused(world: World) -> None:
     result = memory_op(world, "owner", "write", scope="session", key="k", value=1)
     assert result["refused"] and not result["ok"]

@@ -66,6 +66,7 @@ MATRIX = [
     Endpoint("POST", "/v1/memory/write", _drive(), _memory({"value": 1})),
     Endpoint("POST", "/v1/memory/delete", _drive(), _memory({})),
     Endpoint("POST", "/v1/memory/append", _drive(), _memory({"messages": [USER]})),
+    Endpoint("POST", "/v1/memory/history", _view(), _memory({"last": 10})),
 ]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from .limits import Limits
 
@@ -20,6 +20,8 @@ __all__ = [
     "DeleteOut",
     "EditBody",
     "GrantBody",
+    "HistoryBody",
+    "HistoryOut",
     "MemoryContext",
     "MessageIn",
     "MessagePage",
@@ -58,7 +60,8 @@ class MessageIn(BaseModel):
     content: Any = None
     metadata: dict[str, Any] | None = None
     tool_calls: list[dict[str, Any]] | None = None
-    tool_call_id: str | int | None = None
+    # strict: a JSON true is not an id (pydantic would otherwise coerce it to 1)
+    tool_call_id: StrictStr | StrictInt | None = None
 
 
 Messages = Annotated[list[MessageIn], Field(
@@ -110,6 +113,14 @@ class AppendBody(ScopedBody):
 
     messages: Messages
     max_messages: Window = None
+
+
+class HistoryBody(ScopedBody):
+    """A page of the conversation at (scope, key): the ``last`` messages before ``before``."""
+
+    last: Annotated[int, Field(ge=1, le=500, description="Page size.")] = 50
+    before: Annotated[int | None, Field(
+        ge=0, le=2 ** 62, description="Cursor from the previous page's ``before``.")] = None
 
 
 class SessionCreate(_Strict):
@@ -214,6 +225,13 @@ class AppendOut(_Where):
     count: int
     appended: int
     appended_any: bool
+    messages: list[PositionedMessage]
+    before: int | None
+
+
+class HistoryOut(_Where):
+    """A page of a conversation, oldest first; refused: empty."""
+
     messages: list[PositionedMessage]
     before: int | None
 

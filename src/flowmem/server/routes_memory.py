@@ -20,7 +20,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from ..access import Action, Principal
-from ..memory import DeleteResult, ReadResult, ScopedAppendResult, WriteResult
+from ..memory import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from ..scopes import ExecutionContext
 from .deps import Caller, Server, ServerState, positioned, session_for
 from .limits import check_messages
@@ -28,6 +28,8 @@ from .models import (
     AppendBody,
     AppendOut,
     DeleteOut,
+    HistoryBody,
+    HistoryOut,
     ReadBody,
     ReadOut,
     ScopedBody,
@@ -51,7 +53,7 @@ def _context(server: ServerState, principal: Principal, body: ScopedBody,
     return session_context(record, **ids)
 
 
-def _where(result: ReadResult | WriteResult | DeleteResult | ScopedAppendResult,
+def _where(result: ReadResult | WriteResult | DeleteResult | ScopedAppendResult | HistoryResult,
            ) -> dict[str, Any]:
     return {"scope": result.scope, "resolved_scope_id": result.resolved_scope_id,
             "refused": result.refused}
@@ -104,3 +106,14 @@ def append(body: AppendBody, principal: Caller,
         page_messages, before = positioned(page), page.before
     return AsciiJSONResponse({**where, **result.to_dict(), "messages": page_messages,
                               "before": before})
+
+
+@router.post("/history", response_model=HistoryOut,
+             summary="A page of a conversation, newest last (refused scope: 200, empty)")
+def history(body: HistoryBody, principal: Caller,
+            server: Server) -> AsciiJSONResponse:
+    context = _context(server, principal, body, Action.VIEW)
+    page = server.memory.history(body.scope, body.key, context=context, last=body.last,
+                                 before=body.before)
+    return AsciiJSONResponse({**_where(page), "messages": positioned(page),
+                              "before": page.before})
