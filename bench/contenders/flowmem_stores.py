@@ -177,8 +177,8 @@ class FlowmemHTTP(_Flowmem):
     durability = "its store: WAL, synchronous=FULL (flowmem's default)"
     notes = ("A real `flowmem serve` process on 127.0.0.1; `POST /v1/memory/append` under the "
              "`global` scope, one message per request (each response also echoes the newest "
-             "50 messages, as the API does); the full read is `POST /v1/memory/read`, and the "
-             "memory API has no last-N read, so the last 50 are sliced from it. Prefilled in "
+             "50 messages, as the API does); the full read is `POST /v1/memory/read`, the last "
+             "50 `POST /v1/memory/history` with `last: 50`. Prefilled in "
              "requests of 100 messages against a `synchronous=off` server, then restarted at "
              "FULL. RSS and CPU of the server process are not in this process's figures.")
 
@@ -233,7 +233,9 @@ class FlowmemHTTP(_Flowmem):
                           {"scope": "global", "key": conversation})["value"] or []
 
     def read_last(self, conversation: str, n: int) -> Any:
-        return self.read_all(conversation)[-n:]
+        page = self._post("/v1/memory/history", {"scope": "global", "key": conversation,
+                                                 "last": n})
+        return [item["message"] for item in page["messages"]]
 
     def close(self) -> None:
         client, process = getattr(self, "client", None), getattr(self, "process", None)
