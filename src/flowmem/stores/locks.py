@@ -121,6 +121,19 @@ _registry: dict[str, KeyLocks] = {}
 _registry_guard = threading.Lock()
 
 
+def _fresh_thread_locks_in_child() -> None:
+    # Thread locks held by the parent's other threads at fork() would stay held
+    # forever in the child; its byte-range locks are not inherited anyway.
+    global _registry_guard
+    _registry_guard = threading.Lock()
+    for locks in _registry.values():
+        locks._guard = threading.Lock()
+        locks._threads = {}
+
+
+os.register_at_fork(after_in_child=_fresh_thread_locks_in_child)
+
+
 def key_locks(path: str) -> KeyLocks:
     """The process-wide :class:`KeyLocks` of one lock file (see the module notes)."""
     real = os.path.realpath(path)

@@ -117,6 +117,7 @@ class SQLiteStore:
             raise StoreError(f"cannot open {self.path}: directory {directory} does not exist")
         try:
             self._locks = key_locks(self.path + ".lock")
+            self._real_path = os.path.realpath(self.path)
         except OSError as exc:
             raise StoreError(f"cannot open the lock file {self.path}.lock: {exc}") from exc
         self._migrate()
@@ -163,6 +164,22 @@ class SQLiteStore:
 
     @contextmanager
     def _transaction(self, mode: str = "IMMEDIATE") -> Iterator[SQLConversations]:
+        # Writers of this process queue on one mutex instead of sleeping in
+        # SQLite's busy handler (which backs off up to 100 ms); other processes
+        # still meet at BEGIN IMMEDIATE. An optimisation only: the database's
+        # own write lock is what makes a transaction atomic.
+        mutex = _writer_mutex(self._real_path) if mode == "IMMEDIATE" else None
+        if mutex is not None and not mutex.acquire(timeout=self.busy_timeout):
+            raise StoreBusy(f"no write turn on {self.path} within {self.busy_timeout}s")
+        try:
+            with self._begun(mode) as sql:
+                yield sql
+        finally:
+            if mutex is not None:
+                mutex.release()
+
+    @contextmanager
+    def _begun(self, mode: str) -> Iterator[SQLConversations]:
         conn = self._connection()
         try:
             conn.execute(f"BEGIN {mode}")
@@ -263,6 +280,29 @@ class SQLiteStore:
         for conn in connections:
             conn.close()
         self._local = threading.local()
+
+
+_writer_mutexes: dict[str, threading.Lock] = {}
+_writer_guard = threading.Lock()
+
+
+def _writer_mutex(real_path: str) -> threading.Lock:
+    """One writer mutex per database file per process (every store on it shares it)."""
+    mutex = _writer_mutexes.get(real_path)  # a dict read is atomic; create under the guard
+    if mutex is None:
+        with _writer_guard:
+            mutex = _writer_mutexes.setdefault(real_path, threading.Lock())
+    return mutex
+
+
+def _forget_writers_in_child() -> None:
+    # A child forked while a parent thread wrote must not inherit a held mutex.
+    global _writer_guard
+    _writer_guard = threading.Lock()
+    _writer_mutexes.clear()
+
+
+os.register_at_fork(after_in_child=_forget_writers_in_child)
 
 
 def _mapped(exc: sqlite3.Error) -> StoreError:
