@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from ..buffer import edit_entries
+from ..entries import edit_entries
 from ..errors import (
     InvalidStoreURL,
     KeyConflict,

@@ -4,7 +4,7 @@ Pure functions, no I/O: the key names of a storage key (the layout is
 documented in :mod:`flowmem.stores.redis_scripts`), the argument list that
 carries an :class:`~flowmem.plan.AppendPlan` to the ``APPLY`` script, and the
 full contents of a buffer's index keys after an administrative edit
-(MEM-15), derived with :func:`flowmem.buffer.derive_indexes`.
+(MEM-15), derived with :func:`flowmem.entries.derive_indexes`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..buffer import derive_indexes
+from ..entries import derive_indexes
 from ..errors import InvalidStoreURL
 from ..ids import declared_call_ids, is_healed
 from ..messages import Message, healed_placeholder

@@ -27,7 +27,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from ..buffer import derive_indexes, edit_entries
+from ..entries import derive_indexes, edit_entries
 from ..errors import KeyConflict
 from ..ids import is_healed
 from ..messages import Message, healed_placeholder
@@ -280,7 +280,7 @@ class SQLConversations:
 
     # -- the administrative path (MEM-15) ----------------------------------------
     def edit(self, buffer_id: int, position: int, message: Message | None) -> bool:
-        """Replace or delete one entry (decided by :func:`~flowmem.buffer.edit_entries`),
+        """Replace or delete one entry (decided by :func:`~flowmem.entries.edit_entries`),
         then derive the indexes again: O(length), the administrative path only."""
         rows = self.run("SELECT pos, body FROM messages WHERE buffer_id = ? ORDER BY pos",
                         (buffer_id,))
