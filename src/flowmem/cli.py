@@ -1,4 +1,6 @@
-"""The ``flowmem`` command: ``flowmem serve`` and ``flowmem token create``.
+"""The ``flowmem`` command: ``flowmem serve``, ``flowmem token create``, and the
+memory commands of :mod:`flowmem.cli_memory` (read, write, delete, append,
+history, normalize).
 
 ``flowmem serve`` runs the storage API (:func:`flowmem.server.create_app`)
 under uvicorn; ``flowmem token create`` stores a new bearer token HASHED and
@@ -15,6 +17,7 @@ from typing import Any
 
 import click
 
+from .cli_memory import register
 from .errors import FlowmemError, MissingDependency
 from .memory import Memory
 
@@ -88,6 +91,9 @@ def token_create(user_id: str, admin: bool, store: str | None) -> None:
     finally:
         memory.close()
     click.echo(value)
+
+
+register(main)
 
 
 if __name__ == "__main__":  # pragma: no cover
