@@ -3,7 +3,9 @@
 PostgreSQL and Redis are used when reachable (``FLOWMEM_TEST_POSTGRES``,
 default ``postgresql://127.0.0.1:5432/test``; ``FLOWMEM_TEST_REDIS``, default
 ``redis://127.0.0.1:6379/15``); otherwise their tests skip with the reason.
-``.ci/run`` starts both, so in CI they always run.
+``.ci/run`` starts both, so in CI they always run. Each test session writes
+under its own PostgreSQL schema and Redis key prefix, removed at the end
+(conftest.py), so runs never pile up data on a long-lived server.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,13 @@ from flowmem.stores import open_store
 
 POSTGRES_URL = os.environ.get("FLOWMEM_TEST_POSTGRES", "postgresql://127.0.0.1:5432/test")
 REDIS_URL = os.environ.get("FLOWMEM_TEST_REDIS", "redis://127.0.0.1:6379/15")
+SESSION_TAG = f"fmtest_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+"""This test session's PostgreSQL schema and Redis key prefix."""
+
+
+def with_option(url: str, name: str, value: str) -> str:
+    """``url`` with one query option added."""
+    return f"{url}{'&' if '?' in url else '?'}{name}={value}"
 
 
 @dataclass
@@ -71,8 +81,8 @@ def make_backend(name: str, tmp_path: Path) -> Backend:
     if name == "sqlite":
         return Backend(name, f"sqlite:///{tmp_path / 'flowmem.db'}", persistent=True)
     if name == "postgres":
-        return Backend(name, POSTGRES_URL, persistent=True)
-    return Backend(name, REDIS_URL, persistent=True)
+        return Backend(name, with_option(POSTGRES_URL, "schema", SESSION_TAG), persistent=True)
+    return Backend(name, with_option(REDIS_URL, "prefix", SESSION_TAG), persistent=True)
 
 
 Opener = Callable[[], Store]

@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from backends import BACKENDS, Backend, make_backend, unavailable
+from backends import BACKENDS, SESSION_TAG, Backend, make_backend, unavailable
 from flowmem.store import Store
 
 
@@ -31,3 +31,18 @@ def store(backend: Backend) -> Iterator[Store]:
 @pytest.fixture
 def reopen(backend: Backend) -> Callable[[], Store] | None:
     return backend.open if backend.persistent else None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _drop_session_data() -> Iterator[None]:
+    """Remove this session's PostgreSQL schema and Redis keys when the run ends."""
+    yield
+    if unavailable("postgres") is None:
+        from postgres_support import admin
+
+        with admin() as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{SESSION_TAG}" CASCADE')
+    if unavailable("redis") is None:
+        from redis_support import drop_prefix
+
+        drop_prefix(SESSION_TAG)
