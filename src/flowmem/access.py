@@ -19,12 +19,13 @@ status. The rules:
   of whoever drives the turn (:func:`memory_principal`).
 - **Hooks (MEM-15)** — an :data:`AccessHook` may add denials; it can never
   grant what the rules deny: a denial by the rules is final and the hooks
-  are not even asked. A hook that raises denies (fail closed).
+  are not even asked. A hook that raises denies (fail closed); the
+  :class:`Decision` carries the error for the caller to log (this module
+  does no I/O).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -43,8 +44,6 @@ __all__ = [
     "memory_principal",
     "owns",
 ]
-
-logger = logging.getLogger("flowmem")
 
 class Action(StrEnum):
     """What a caller wants to do to a session (the rows of the access table)."""
@@ -136,6 +135,8 @@ class Decision:
     allowed: bool
     reason: str
     visible: bool = False
+    error: str | None = None
+    """Set when a hook raised (and so denied): what it raised."""
 
 
 AccessHook = Callable[[Principal, Action, SessionRecord | None], bool]
@@ -186,9 +187,9 @@ def authorize(principal: Principal, action: Action, session: SessionRecord | Non
     for hook in hooks:
         try:
             verdict = hook(principal, action, session)
-        except Exception:  # fail closed: a broken hook denies
-            logger.exception("flowmem: access hook %r raised; denying", hook)
-            verdict = False
+        except Exception as exc:  # fail closed: a broken hook denies
+            return Decision(False, "denied by an access hook", decision.visible,
+                            error=f"access hook {hook!r} raised {exc!r}")
         if verdict is not True:
             return Decision(False, "denied by an access hook", decision.visible)
     return decision

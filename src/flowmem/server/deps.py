@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -9,14 +10,29 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
 from ..access import Action, Principal, SessionRecord, authorize
-from ..memory import HistoryResult, Memory
+from ..memory import HistoryResult, Memory, ScopedAppendResult
+from ..scopes import ExecutionContext
 from .auth import InvalidCredentials, TokenBackend
+from .limits import check_messages
 from .responses import ApiError
 from .sessions import SessionRegistry
 from .settings import Settings
 
-__all__ = ["Caller", "Identified", "Server", "ServerState", "caller", "identified", "positioned",
-           "session_for", "state", "strict_query"]
+__all__ = [
+    "Caller",
+    "Identified",
+    "Server",
+    "ServerState",
+    "append_and_echo",
+    "caller",
+    "identified",
+    "positioned",
+    "session_for",
+    "state",
+    "strict_query",
+]
+
+logger = logging.getLogger("flowmem")
 
 _bearer = HTTPBearer(auto_error=False, scheme_name="bearer",
                      description="`Authorization: Bearer <token>` from `flowmem token create`. "
@@ -92,6 +108,8 @@ def session_for(server: ServerState, principal: Principal, session_id: str,
     """
     record = server.sessions.load(session_id)
     decision = authorize(principal, action, record, server.settings.hooks)
+    if decision.error is not None:
+        logger.warning("flowmem: %s; denying %s", decision.error, action.value)
     if decision.allowed and record is not None:
         return record
     if not decision.visible:
@@ -103,3 +121,17 @@ def positioned(page: HistoryResult) -> list[dict[str, Any]]:
     """A history page as ``{"position", "message"}`` pairs, oldest first."""
     return [{"position": p, "message": m}
             for p, m in zip(page.positions, page.messages, strict=True)]
+
+
+def append_and_echo(server: ServerState, scope: str, key: str, messages: list[dict[str, Any]],
+                    context: ExecutionContext, window: int | None,
+                    ) -> tuple[ScopedAppendResult, dict[str, Any]]:
+    """Check the limits, append through ``Memory`` (MEM-1..14), and echo the newest
+    messages — none under a refusal, which has already logged its one warning (MEM-7)."""
+    check_messages(messages, server.settings.limits)
+    result = server.memory.append(scope, key, messages, context=context, max_messages=window)
+    echo: dict[str, Any] = {**result.to_dict(), "messages": [], "before": None}
+    if not result.refused:
+        page = server.memory.history(scope, key, context=context, last=server.settings.echo)
+        echo.update(messages=positioned(page), before=page.before)
+    return result, echo

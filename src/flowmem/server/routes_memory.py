@@ -22,8 +22,7 @@ from fastapi import APIRouter
 from ..access import Action, Principal
 from ..memory import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from ..scopes import ExecutionContext
-from .deps import Caller, Server, ServerState, positioned, session_for
-from .limits import check_messages
+from .deps import Caller, Server, ServerState, append_and_echo, positioned, session_for
 from .models import (
     AppendBody,
     AppendOut,
@@ -94,18 +93,9 @@ def append(body: AppendBody, principal: Caller,
            server: Server) -> AsciiJSONResponse:
     context = _context(server, principal, body, Action.DRIVE)
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
-    check_messages(messages, server.settings.limits)
-    result = server.memory.append(body.scope, body.key, messages, context=context,
-                                  max_messages=body.max_messages)
-    where = _where(result)
-    page_messages: list[dict[str, Any]] = []
-    before = None
-    if not where["refused"]:
-        page = server.memory.history(body.scope, body.key, context=context,
-                                     last=server.settings.echo)
-        page_messages, before = positioned(page), page.before
-    return AsciiJSONResponse({**where, **result.to_dict(), "messages": page_messages,
-                              "before": before})
+    result, echo = append_and_echo(server, body.scope, body.key, messages, context,
+                                   body.max_messages)
+    return AsciiJSONResponse({**_where(result), **echo})
 
 
 @router.post("/history", response_model=HistoryOut,

@@ -15,7 +15,15 @@ from ..access import Action, Principal, SessionRecord, authorize
 from ..ids import usable_id
 from ..messages import canonical_message
 from ..scopes import StorageKey, resolve_scope
-from .deps import Caller, Identified, Server, ServerState, positioned, session_for
+from .deps import (
+    Caller,
+    Identified,
+    Server,
+    ServerState,
+    append_and_echo,
+    positioned,
+    session_for,
+)
 from .limits import check_messages
 from .models import (
     EditBody,
@@ -102,10 +110,7 @@ def grant_view(session_id: str, body: GrantBody, principal: Caller,
     if grantee not in record.viewers and len(record.viewers) >= server.settings.max_viewers:
         raise ApiError(400, "invalid_request",
                        f"a session has at most {server.settings.max_viewers} viewers")
-    updated = server.sessions.grant(session_id, grantee)
-    if updated is None:
-        raise ApiError(404, "not_found", "no such session")
-    return _json(_out(server, principal, updated))
+    return _updated(server, principal, server.sessions.grant(session_id, grantee))
 
 
 @router.delete("/{session_id}/viewers/{user_id}", response_model=SessionOut,
@@ -113,10 +118,7 @@ def grant_view(session_id: str, body: GrantBody, principal: Caller,
 def revoke_view(session_id: str, user_id: str, principal: Caller,
                 server: Server) -> AsciiJSONResponse:
     session_for(server, principal, session_id, Action.MANAGE)
-    updated = server.sessions.revoke(session_id, user_id.strip())
-    if updated is None:
-        raise ApiError(404, "not_found", "no such session")
-    return _json(_out(server, principal, updated))
+    return _updated(server, principal, server.sessions.revoke(session_id, user_id.strip()))
 
 
 @router.post("/{session_id}/turns", response_model=TurnOut,
@@ -127,14 +129,10 @@ def append_turn(session_id: str, body: TurnBody, principal: Caller,
     if record.status == "stopped":
         raise ApiError(409, "conflict", "the session is stopped; reset it to drive it again")
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
-    check_messages(messages, server.settings.limits)
-    window = body.max_messages or server.settings.session_window
-    context = session_context(record)
-    result = server.memory.append("session", TRANSCRIPT_KEY, messages, context=context,
-                                  max_messages=window)
-    page = server.memory.history("session", TRANSCRIPT_KEY, context=context,
-                                 last=server.settings.echo)
-    return _json({**result.to_dict(), "messages": positioned(page), "before": page.before})
+    _, echo = append_and_echo(server, "session", TRANSCRIPT_KEY, messages,
+                              session_context(record),
+                              body.max_messages or server.settings.session_window)
+    return _json(echo)
 
 
 @router.post("/{session_id}/stop", response_model=SessionOut,
@@ -142,10 +140,7 @@ def append_turn(session_id: str, body: TurnBody, principal: Caller,
 def stop_session(session_id: str, principal: Caller,
                  server: Server) -> AsciiJSONResponse:
     session_for(server, principal, session_id, Action.DRIVE)
-    updated = server.sessions.set_status(session_id, "stopped")
-    if updated is None:
-        raise ApiError(404, "not_found", "no such session")
-    return _json(_out(server, principal, updated))
+    return _updated(server, principal, server.sessions.set_status(session_id, "stopped"))
 
 
 @router.post("/{session_id}/reset", response_model=SessionOut,
@@ -159,10 +154,7 @@ def reset_session(session_id: str, principal: Caller,
         for key in keys:
             server.memory.delete("session", key, context=context)
         after = keys[-1]
-    updated = server.sessions.set_status(session_id, "active")
-    if updated is None:
-        raise ApiError(404, "not_found", "no such session")
-    return _json(_out(server, principal, updated))
+    return _updated(server, principal, server.sessions.set_status(session_id, "active"))
 
 
 @router.get("/{session_id}/messages", response_model=MessagePage,
@@ -173,6 +165,14 @@ def list_messages(session_id: str, principal: Caller, server: Server,
     page = server.memory.history("session", TRANSCRIPT_KEY, context=session_context(record),
                                  last=_limit(server, limit), before=before)
     return _json({"messages": positioned(page), "before": page.before})
+
+
+def _updated(server: ServerState, principal: Principal,
+             record: SessionRecord | None) -> AsciiJSONResponse:
+    """The session after a change, or 404 when it vanished meanwhile."""
+    if record is None:
+        raise ApiError(404, "not_found", "no such session")
+    return _json(_out(server, principal, record))
 
 
 def _transcript(record: SessionRecord) -> StorageKey:
