@@ -8,20 +8,29 @@ in one atomic unit of the backend (a transaction, a script), then applies the
 window exactly as :mod:`flowmem.buffer` documents. Scope refusals never reach
 a store (MEM-7): :class:`~flowmem.Memory` decides them first.
 
-Every backend runs the public conformance suite in :mod:`flowmem.testing`.
+Two faces, one contract (as httpx has ``BaseTransport`` and
+``AsyncBaseTransport``): :class:`Store` is called by :class:`~flowmem.Memory`,
+:class:`AsyncStore` by :class:`~flowmem.AsyncMemory`, with the same methods,
+arguments, results and errors — the async ones are coroutines and their
+``lock`` is an async context manager. A backend keeps its rules in pure or
+sans-I/O code both faces share (:mod:`flowmem.stores.sql` programs, the Redis
+scripts) and differs between faces only in how it does I/O.
+
+Every backend runs the public conformance suite in :mod:`flowmem.testing`,
+on both faces.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from .messages import Message
 from .scopes import StorageKey
 
-__all__ = ["AppendOutcome", "HistoryPage", "Store"]
+__all__ = ["AppendOutcome", "AsyncStore", "HistoryPage", "Store"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,5 +111,55 @@ class Store(Protocol):
         ...
 
     def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""
+        ...
+
+
+@runtime_checkable
+class AsyncStore(Protocol):
+    """The asyncio face of :class:`Store`: the same operations as coroutines.
+
+    No method blocks the event loop: a backend whose driver is blocking runs
+    it off the loop (the SQLite store keeps one connection thread per store).
+    Cancelling a call leaves the store as if the operation either ran whole
+    or not at all, and never leaves a MEM-12 lock held.
+    """
+
+    async def read(self, key: StorageKey) -> tuple[bool, Any]:
+        """As :meth:`Store.read`."""
+        ...
+
+    async def write(self, key: StorageKey, value: Any) -> None:
+        """As :meth:`Store.write`."""
+        ...
+
+    async def delete(self, key: StorageKey) -> bool:
+        """As :meth:`Store.delete`."""
+        ...
+
+    async def append(self, key: StorageKey, incoming: Sequence[Message], *,
+                     max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+        """As :meth:`Store.append`; the MEM-12 wait never blocks the loop."""
+        ...
+
+    async def history(self, key: StorageKey, *, last: int | None = None,
+                      before: int | None = None) -> HistoryPage:
+        """As :meth:`Store.history`."""
+        ...
+
+    async def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
+        """As :meth:`Store.edit` (the administrative path, MEM-15)."""
+        ...
+
+    async def keys(self, scope: str, scope_id: str, *, prefix: str = "",
+                   after: str | None = None, limit: int = 100) -> list[str]:
+        """As :meth:`Store.keys`."""
+        ...
+
+    def lock(self, key: StorageKey, timeout: float) -> AbstractAsyncContextManager[bool]:
+        """As :meth:`Store.lock`, as ``async with``."""
+        ...
+
+    async def aclose(self) -> None:
         """Release connections; the store is unusable afterwards."""
         ...

@@ -39,11 +39,10 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..errors import InvalidStoreURL, SchemaError, StoreBusy, StoreError
 from ..messages import Message
-from ..plan import SLOT, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage
 from .locks import key_locks
-from .sql import SQLConversations, decode, encode
+from .sql import Execute, Program, SQLConversations, T, drive, encode
 
 __all__ = ["MIGRATIONS", "MIN_SQLITE_VERSION", "SQLiteStore"]
 
@@ -163,7 +162,7 @@ class SQLiteStore:
         return conn
 
     @contextmanager
-    def _transaction(self, mode: str = "IMMEDIATE") -> Iterator[SQLConversations]:
+    def _transaction(self, mode: str = "IMMEDIATE") -> Iterator[Execute]:
         # Writers of this process queue on one mutex instead of sleeping in
         # SQLite's busy handler (which backs off up to 100 ms); other processes
         # still meet at BEGIN IMMEDIATE. An optimisation only: the database's
@@ -179,14 +178,14 @@ class SQLiteStore:
                 mutex.release()
 
     @contextmanager
-    def _begun(self, mode: str) -> Iterator[SQLConversations]:
+    def _begun(self, mode: str) -> Iterator[Execute]:
         conn = self._connection()
         try:
             conn.execute(f"BEGIN {mode}")
         except sqlite3.OperationalError as exc:
             raise _mapped(exc) from exc
         try:
-            yield SQLConversations(lambda sql, params: conn.execute(sql, params).fetchall())
+            yield lambda sql, params: conn.execute(sql, params).fetchall()
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.in_transaction:
@@ -196,8 +195,8 @@ class SQLiteStore:
             raise
 
     def _migrate(self) -> None:
-        with self._transaction() as sql:
-            version = int(sql.run("PRAGMA user_version", ())[0][0])
+        with self._transaction() as run:
+            version = int(run("PRAGMA user_version", ())[0][0])
             if version > len(MIGRATIONS):
                 raise SchemaError(f"{self.path} has schema version {version}; this flowmem "
                                   f"knows {len(MIGRATIONS)} — upgrade flowmem")
@@ -208,63 +207,36 @@ class SQLiteStore:
                         conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
 
+    def _run(self, program: Program[T], mode: str = "IMMEDIATE") -> T:
+        with self._transaction(mode) as run:
+            return drive(program, run)
+
     # -- the Store protocol ------------------------------------------------------
     def read(self, key: StorageKey) -> tuple[bool, Any]:
-        with self._transaction("DEFERRED") as sql:
-            rows = sql.run("SELECT value FROM kv WHERE scope = ? AND scope_id = ? AND key = ?",
-                           (key.scope, key.scope_id, key.key))
-            if rows:
-                return True, decode(rows[0][0])
-            buffer_id = sql.buffer_id(key)
-            if buffer_id is None:
-                return False, None
-            return True, sql.messages(buffer_id)
+        return self._run(_SQL.read(key), "DEFERRED")
 
     def write(self, key: StorageKey, value: Any) -> None:
-        text = encode(value)
-        with self._transaction() as sql:
-            buffer_id = sql.buffer_id(key)
-            if buffer_id is not None:
-                sql.drop_buffer(buffer_id)
-            sql.run("INSERT INTO kv (scope, scope_id, key, value) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (scope, scope_id, key) DO UPDATE SET value = excluded.value",
-                    (key.scope, key.scope_id, key.key, text))
+        self._run(_SQL.write(key, encode(value)))
 
     def delete(self, key: StorageKey) -> bool:
-        with self._transaction() as sql:
-            found = bool(sql.run("DELETE FROM kv WHERE scope = ? AND scope_id = ? AND key = ? "
-                                 "RETURNING 1", (key.scope, key.scope_id, key.key)))
-            buffer_id = sql.buffer_id(key)
-            if buffer_id is not None:
-                sql.drop_buffer(buffer_id)
-                found = True
-            return found
+        return self._run(_SQL.delete(key))
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float) -> AppendOutcome:
-        with self._locks.hold(key, lock_timeout) as serialized, self._transaction() as sql:
-            buffer_id, count, next_pos = sql.open_buffer(key)
-            plan = plan_append(sql.view(buffer_id, incoming), incoming)
-            count, appended = sql.apply(buffer_id, count, next_pos, plan, SLOT, max_messages)
-            return AppendOutcome(count, appended, serialized)
+        with self._locks.hold(key, lock_timeout) as serialized:
+            return self._run(_SQL.append(key, incoming, max_messages, serialized))
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:
-        with self._transaction("DEFERRED") as sql:
-            buffer_id = sql.buffer_id(key)
-            if buffer_id is None:
-                return HistoryPage()
-            return sql.history(buffer_id, last, before)
+        return self._run(_SQL.history(key, last, before), "DEFERRED")
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
-        with self._locks.hold(key, 30.0), self._transaction() as sql:
-            buffer_id = sql.buffer_id(key)
-            return buffer_id is not None and sql.edit(buffer_id, position, message)
+        with self._locks.hold(key, 30.0):
+            return self._run(_SQL.edit(key, position, message))
 
     def keys(self, scope: str, scope_id: str, *, prefix: str = "",
              after: str | None = None, limit: int = 100) -> list[str]:
-        with self._transaction("DEFERRED") as sql:
-            return sql.keys(scope, scope_id, prefix, after, limit)
+        return self._run(_SQL.keys(scope, scope_id, prefix, after, limit), "DEFERRED")
 
     def lock(self, key: StorageKey, timeout: float) -> AbstractContextManager[bool]:
         return self._locks.hold(key, timeout)
@@ -281,6 +253,8 @@ class SQLiteStore:
             conn.close()
         self._local = threading.local()
 
+
+_SQL: Final = SQLConversations()  # SQLite's BEGIN IMMEDIATE already holds the write lock
 
 _writer_mutexes: dict[str, threading.Lock] = {}
 _writer_guard = threading.Lock()
