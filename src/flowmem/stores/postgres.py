@@ -41,113 +41,78 @@ buffer is as it was. If the connection is lost while ``COMMIT`` is in flight
 the outcome is unknown to the client and the error says so. A pooled
 connection found dead on the first round trip (nothing sent yet but
 ``BEGIN``) is replaced once, after checking the pool, before giving up.
+
+The asyncio twin is :mod:`flowmem.stores.postgres_async`; both run the same
+SQL programs (:mod:`flowmem.stores.sql`) and the same first round trip
+(:mod:`flowmem.stores.postgres_common`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
-from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from typing import Any
 
-from ..errors import (
-    InvalidStoreURL,
-    MissingDependency,
-    StoreBusy,
-    StoreError,
-    StoreUnavailable,
-)
+from ..errors import InvalidStoreURL, MissingDependency, StoreError, StoreUnavailable
 
 try:
     import psycopg
     from psycopg import errors as pg_errors
-    from psycopg.pq import TransactionStatus
+    from psycopg_pool import ConnectionPool
 except ImportError as exc:  # pragma: no cover - exercised without the extra
-    raise MissingDependency("psycopg", "postgres") from exc
-try:
-    from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
-except ImportError as exc:  # pragma: no cover - exercised without the extra
-    raise MissingDependency("psycopg_pool", "postgres") from exc
+    raise MissingDependency(exc.name or "psycopg", "postgres") from exc
 
 from ..messages import Message
-from ..plan import SLOT, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage
+from .postgres_common import (
+    EDIT_LOCK_TIMEOUT,
+    SQL,
+    WRITE_LOCK_TIMEOUT,
+    PostgresOptions,
+    advisory_key,
+    begin_statement,
+    broken,
+    connect_kwargs,
+    lock_fallback_statement,
+    mapped,
+    pg,
+)
 from .postgres_schema import migrate, quoted_schema
-from .sql import Execute, SQLConversations, decode, encode
+from .sql import Execute, Program, T, drive, encode
 
-__all__ = ["PostgresStore", "advisory_key"]
+__all__ = ["PostgresStore", "advisory_key", "setup"]
 
 Row = tuple[Any, ...]
 Connection = psycopg.Connection[Row]
 Cursor = psycopg.Cursor[Row]
 
-OPTIONS: Final = ("schema", "pool_min", "pool_max", "pool_timeout")
-WRITE_LOCK_TIMEOUT: Final = 5.0  # write/delete wait this long for the key's lock
-EDIT_LOCK_TIMEOUT: Final = 30.0  # the administrative edit, as on SQLite
-_MAX_TIMEOUT_MS: Final = 2**31 - 1
-_SAVEPOINT: Final = "flowmem_mem12"
-_UNAVAILABLE_STATES: Final = ("57P01", "57P02", "57P03")  # shutdown, crash, cannot connect now
-_BUSY_STATES: Final = ("55P03", "40P01", "40001")  # lock timeout, deadlock, serialization
-
-
-def advisory_key(schema: str, key: StorageKey) -> int:
-    """The MEM-12 advisory lock id of ``key``: a stable signed 64-bit hash."""
-    raw = "\x00".join((schema, key.scope, key.scope_id, key.key))
-    digest = hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-@lru_cache(maxsize=1024)
-def _pg(statement: str) -> str:
-    """A ``?`` statement of :mod:`flowmem.stores.sql` in psycopg's ``%s`` style."""
-    return statement.replace("%", "%%").replace("?", "%s")
-
 
 def _executor(cur: Cursor) -> Execute:
     def run(statement: str, params: Sequence[Any]) -> list[Row]:
-        cur.execute(_pg(statement), tuple(params))
+        cur.execute(pg(statement), tuple(params))
         return cur.fetchall() if cur.description is not None else []
 
     return run
 
 
-def _timeout_ms(seconds: float) -> int:
-    return min(max(1, math.ceil(seconds * 1000)), _MAX_TIMEOUT_MS)
-
-
-def _broken(conn: Connection) -> bool:
-    return conn.closed or conn.info.transaction_status == TransactionStatus.UNKNOWN
-
-
-def _mapped(exc: psycopg.Error, *, lost: bool = False, committing: bool = False) -> StoreError:
-    if isinstance(exc, PoolClosed):
-        return StoreError("the PostgreSQL store is closed")
-    if isinstance(exc, PoolTimeout):
-        return StoreUnavailable(f"no PostgreSQL connection in time (server unreachable "
-                                f"or pool exhausted): {exc}")
-    state = exc.sqlstate or ""
-    if (lost or state.startswith("08") or state in _UNAVAILABLE_STATES
-            or (isinstance(exc, psycopg.OperationalError) and not state)):
-        if committing:
-            return StoreUnavailable(f"PostgreSQL connection lost during COMMIT; the "
-                                    f"operation may or may not have been stored: {exc}")
-        return StoreUnavailable(f"PostgreSQL connection lost; nothing was stored: {exc}")
-    if state in _BUSY_STATES:
-        return StoreBusy(f"PostgreSQL lock wait failed ({state}): {exc}")
-    return StoreError(f"PostgreSQL error ({state or 'client'}): {exc}")
-
-
-@dataclass(slots=True)
-class _Tx:
-    """One transaction: the statements and whether the key's MEM-12 lock was had."""
-
-    sql: SQLConversations
-    serialized: bool
+def setup(options: PostgresOptions) -> None:
+    """Connect once (failing fast when unreachable) and run the migrations."""
+    try:
+        conn = psycopg.connect(options.conninfo, **connect_kwargs(options.conninfo))
+    except psycopg.ProgrammingError as exc:
+        raise InvalidStoreURL(f"unusable PostgreSQL URL: {exc}") from exc
+    except psycopg.Error as exc:
+        raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+    try:
+        encoding = conn.info.parameter_status("server_encoding")
+        if encoding != "UTF8":
+            raise StoreError(f"flowmem needs a UTF8 database; this one is {encoding!r}")
+        migrate(conn.cursor(), options.schema)
+    except psycopg.Error as exc:
+        raise mapped(exc, lost=broken(conn)) from exc
+    finally:
+        conn.close()
 
 
 class PostgresStore:
@@ -155,87 +120,44 @@ class PostgresStore:
 
     def __init__(self, conninfo: str, *, schema: str = "flowmem", pool_min: int = 1,
                  pool_max: int = 10, pool_timeout: float = 30.0) -> None:
-        self.schema = schema
-        self._ident = quoted_schema(schema)
-        if not 0 <= pool_min <= pool_max or pool_max < 1 or pool_timeout <= 0:
-            raise InvalidStoreURL(f"need 0 <= pool_min <= pool_max, pool_max >= 1 and "
-                                  f"pool_timeout > 0; got {pool_min}, {pool_max}, {pool_timeout}")
-        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
-        if "connect_timeout" not in conninfo:
-            kwargs["connect_timeout"] = 10
-        self._setup(conninfo, kwargs)
+        self._init(PostgresOptions(conninfo, schema, pool_min, pool_max, pool_timeout))
+
+    def _init(self, options: PostgresOptions) -> None:
+        self.schema = options.schema
+        self._ident = quoted_schema(options.schema)
+        setup(options)
         self._pool: ConnectionPool[Connection] = ConnectionPool(
-            conninfo, kwargs=kwargs, min_size=pool_min, max_size=pool_max,
-            timeout=pool_timeout, open=True, name=f"flowmem-{schema}")
+            options.conninfo, kwargs=connect_kwargs(options.conninfo),
+            min_size=options.pool_min, max_size=options.pool_max,
+            timeout=options.pool_timeout, open=True, name=f"flowmem-{options.schema}")
 
     @classmethod
     def from_url(cls, url: str) -> PostgresStore:
         """``postgresql://user@host:port/db?schema=...&pool_max=...`` (see the module notes)."""
-        parts = urlsplit(url)
-        if parts.scheme.lower() not in ("postgresql", "postgres"):
-            raise InvalidStoreURL(f"not a PostgreSQL URL: {url!r}")
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        ours = {name: value for name, value in query if name in OPTIONS}
-        libpq = [(name, value) for name, value in query if name not in OPTIONS]
-        conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), ""))
-        try:
-            pool_min = int(ours.get("pool_min", 1))
-            pool_max = int(ours.get("pool_max", 10))
-            pool_timeout = float(ours.get("pool_timeout", 30.0))
-        except ValueError:
-            raise InvalidStoreURL(f"pool_min/pool_max must be integers and pool_timeout "
-                                  f"seconds, in {url!r}") from None
-        return cls(conninfo, schema=ours.get("schema", "flowmem"), pool_min=pool_min,
-                   pool_max=pool_max, pool_timeout=pool_timeout)
-
-    def _setup(self, conninfo: str, kwargs: dict[str, Any]) -> None:
-        """Connect once (failing fast when unreachable) and run the migrations."""
-        try:
-            conn = psycopg.connect(conninfo, **kwargs)
-        except psycopg.ProgrammingError as exc:
-            raise InvalidStoreURL(f"unusable PostgreSQL URL: {exc}") from exc
-        except psycopg.Error as exc:
-            raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
-        try:
-            encoding = conn.info.parameter_status("server_encoding")
-            if encoding != "UTF8":
-                raise StoreError(f"flowmem needs a UTF8 database; this one is {encoding!r}")
-            migrate(conn.cursor(), self.schema)
-        except psycopg.Error as exc:
-            raise _mapped(exc, lost=_broken(conn)) from exc
-        finally:
-            conn.close()
+        store = cls.__new__(cls)
+        store._init(PostgresOptions.from_url(url))
+        return store
 
     # -- transactions ---------------------------------------------------------------
     def _begin(self, cur: Cursor, read_only: bool,
                lock: tuple[StorageKey, float] | None) -> bool:
-        """The first round trip: BEGIN, search path, and the MEM-12 lock; whether it was had."""
-        mode = "REPEATABLE READ READ ONLY" if read_only else "READ COMMITTED"
-        head = f"BEGIN ISOLATION LEVEL {mode}; SET LOCAL search_path TO {self._ident}"
-        if lock is None:
-            cur.execute(head)
-            return True
-        key, timeout = lock
-        lock_id = f"'{advisory_key(self.schema, key)}'::bigint"
-        if timeout <= 0:
-            cur.execute(f"{head}; SELECT pg_try_advisory_xact_lock({lock_id})")
-            while cur.nextset():
-                pass
-            row = cur.fetchone()
-            return bool(row and row[0])
+        """The first round trip; whether the MEM-12 lock was had."""
+        held = None if lock is None else (advisory_key(self.schema, lock[0]), lock[1])
         try:
-            # set_config(..., NULL, true) = SET LOCAL lock_timeout TO DEFAULT, once the lock is had
-            cur.execute(f"{head}; SET LOCAL lock_timeout = {_timeout_ms(timeout)}; "
-                        f"SAVEPOINT {_SAVEPOINT}; SELECT pg_advisory_xact_lock({lock_id}), "
-                        f"set_config('lock_timeout', NULL, true)")
-            return True
+            cur.execute(begin_statement(self._ident, read_only, held))
         except pg_errors.LockNotAvailable:
-            cur.execute(f"ROLLBACK TO SAVEPOINT {_SAVEPOINT}; SET LOCAL lock_timeout TO DEFAULT")
+            cur.execute(lock_fallback_statement())
             return False
+        if held is None or held[1] > 0:
+            return True
+        while cur.nextset():
+            pass
+        row = cur.fetchone()
+        return bool(row and row[0])
 
     @contextmanager
-    def _transaction(self, *, read_only: bool = False,
-                     lock: tuple[StorageKey, float] | None = None) -> Iterator[_Tx]:
+    def _transaction(self, *, read_only: bool = False, lock: tuple[StorageKey, float] | None = None,
+                     ) -> Iterator[tuple[Execute, bool]]:
         conn: Connection | None = None
         committing = False
         try:
@@ -245,7 +167,7 @@ class PostgresStore:
                     serialized = self._begin(conn.cursor(), read_only, lock)
                     break
                 except psycopg.Error:
-                    if not _broken(conn):
+                    if not broken(conn):
                         with suppress(psycopg.Error):
                             conn.execute("ROLLBACK")
                         raise
@@ -257,85 +179,52 @@ class PostgresStore:
             assert conn is not None
             try:
                 cur = conn.cursor()
-                yield _Tx(SQLConversations(_executor(cur), lock_row=" FOR UPDATE"), serialized)
+                yield _executor(cur), serialized
                 committing = True
                 cur.execute("COMMIT")
             except BaseException:
-                if not committing and not _broken(conn):
+                if not committing and not broken(conn):
                     with suppress(psycopg.Error):
                         conn.execute("ROLLBACK")
                 raise
         except psycopg.Error as exc:
-            raise _mapped(exc, lost=conn is not None and _broken(conn),
-                          committing=committing) from exc
+            raise mapped(exc, lost=conn is not None and broken(conn),
+                         committing=committing) from exc
         finally:
             if conn is not None:
                 with suppress(psycopg.Error):
                     self._pool.putconn(conn)
 
-    @staticmethod
-    def _locked_buffer(tx: _Tx, key: StorageKey) -> int | None:
-        rows = tx.sql.run("SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ? "
-                          "FOR UPDATE", (key.scope, key.scope_id, key.key))
-        return int(rows[0][0]) if rows else None
+    def _run(self, program: Program[T], *, read_only: bool = False,
+             lock: tuple[StorageKey, float] | None = None) -> T:
+        with self._transaction(read_only=read_only, lock=lock) as (run, _):
+            return drive(program, run)
 
     # -- the Store protocol ------------------------------------------------------
     def read(self, key: StorageKey) -> tuple[bool, Any]:
-        with self._transaction(read_only=True) as tx:
-            rows = tx.sql.run("SELECT value FROM kv WHERE scope = ? AND scope_id = ? "
-                              "AND key = ?", (key.scope, key.scope_id, key.key))
-            if rows:
-                return True, decode(rows[0][0])
-            buffer_id = tx.sql.buffer_id(key)
-            if buffer_id is None:
-                return False, None
-            return True, tx.sql.messages(buffer_id)
+        return self._run(SQL.read(key), read_only=True)
 
     def write(self, key: StorageKey, value: Any) -> None:
-        text = encode(value)
-        with self._transaction(lock=(key, WRITE_LOCK_TIMEOUT)) as tx:
-            buffer_id = self._locked_buffer(tx, key)
-            if buffer_id is not None:
-                tx.sql.drop_buffer(buffer_id)
-            tx.sql.run("INSERT INTO kv (scope, scope_id, key, value) VALUES (?, ?, ?, ?) "
-                       "ON CONFLICT (scope, scope_id, key) DO UPDATE SET value = excluded.value",
-                       (key.scope, key.scope_id, key.key, text))
+        self._run(SQL.write(key, encode(value)), lock=(key, WRITE_LOCK_TIMEOUT))
 
     def delete(self, key: StorageKey) -> bool:
-        with self._transaction(lock=(key, WRITE_LOCK_TIMEOUT)) as tx:
-            found = bool(tx.sql.run("DELETE FROM kv WHERE scope = ? AND scope_id = ? "
-                                    "AND key = ? RETURNING 1", (key.scope, key.scope_id, key.key)))
-            buffer_id = self._locked_buffer(tx, key)
-            if buffer_id is not None:
-                tx.sql.drop_buffer(buffer_id)
-                found = True
-            return found
+        return self._run(SQL.delete(key), lock=(key, WRITE_LOCK_TIMEOUT))
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float) -> AppendOutcome:
-        with self._transaction(lock=(key, lock_timeout)) as tx:
-            buffer_id, count, next_pos = tx.sql.open_buffer(key)
-            plan = plan_append(tx.sql.view(buffer_id, incoming), incoming)
-            count, appended = tx.sql.apply(buffer_id, count, next_pos, plan, SLOT, max_messages)
-            return AppendOutcome(count, appended, tx.serialized)
+        with self._transaction(lock=(key, lock_timeout)) as (run, serialized):
+            return drive(SQL.append(key, incoming, max_messages, serialized), run)
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:
-        with self._transaction(read_only=True) as tx:
-            buffer_id = tx.sql.buffer_id(key)
-            if buffer_id is None:
-                return HistoryPage()
-            return tx.sql.history(buffer_id, last, before)
+        return self._run(SQL.history(key, last, before), read_only=True)
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
-        with self._transaction(lock=(key, EDIT_LOCK_TIMEOUT)) as tx:
-            buffer_id = self._locked_buffer(tx, key)
-            return buffer_id is not None and tx.sql.edit(buffer_id, position, message)
+        return self._run(SQL.edit(key, position, message), lock=(key, EDIT_LOCK_TIMEOUT))
 
     def keys(self, scope: str, scope_id: str, *, prefix: str = "",
              after: str | None = None, limit: int = 100) -> list[str]:
-        with self._transaction(read_only=True) as tx:
-            return tx.sql.keys(scope, scope_id, prefix, after, limit)
+        return self._run(SQL.keys(scope, scope_id, prefix, after, limit), read_only=True)
 
     def lock(self, key: StorageKey, timeout: float) -> AbstractContextManager[bool]:
         """Hold ``key``'s advisory lock in a transaction of its own while the block runs."""
@@ -343,8 +232,8 @@ class PostgresStore:
 
     @contextmanager
     def _hold(self, key: StorageKey, timeout: float) -> Iterator[bool]:
-        with self._transaction(lock=(key, timeout)) as tx:
-            yield tx.serialized
+        with self._transaction(lock=(key, timeout)) as (_, serialized):
+            yield serialized
 
     def close(self) -> None:
         self._pool.close()
