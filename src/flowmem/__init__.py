@@ -18,6 +18,7 @@ from .access import (
     memory_principal,
     owns,
 )
+from .async_memory import AsyncMemory
 from .buffer import AppendResult, ConversationBuffer, append
 from .errors import (
     FlowmemError,
@@ -26,6 +27,7 @@ from .errors import (
     InvalidStoreURL,
     InvalidValue,
     KeyConflict,
+    MessagesNotLoaded,
     MessageTypeError,
     MissingDependency,
     SchemaError,
@@ -48,7 +50,7 @@ from .messages import HEALED_CONTENT, ROLES, Message, canonical_message, healed_
 from .nodes import assemble, text_to_message
 from .normalize import NormalizeResult, is_sendable, normalize, sendability_problems
 from .scopes import SCOPES, ExecutionContext, StorageKey, resolve_scope
-from .store import AppendOutcome, HistoryPage, Store
+from .store import AppendOutcome, AsyncStore, HistoryPage, Store
 
 __version__ = "0.1.0"
 
@@ -60,6 +62,8 @@ __all__ = [
     "Action",
     "AppendOutcome",
     "AppendResult",
+    "AsyncMemory",
+    "AsyncStore",
     "ConversationBuffer",
     "Decision",
     "DeleteResult",
@@ -75,6 +79,7 @@ __all__ = [
     "Memory",
     "Message",
     "MessageTypeError",
+    "MessagesNotLoaded",
     "MissingDependency",
     "NormalizeResult",
     "Principal",

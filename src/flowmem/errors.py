@@ -34,6 +34,7 @@ __all__ = [
     "InvalidValue",
     "KeyConflict",
     "MessageTypeError",
+    "MessagesNotLoaded",
     "MissingDependency",
     "SchemaError",
     "ScopeRefused",
@@ -102,6 +103,14 @@ class ScopeRefused(FlowmemError):
         self.scope = scope
         self.reason = reason
         super().__init__(f"scope {scope!r} refused: {reason}")
+
+
+class MessagesNotLoaded(FlowmemError, RuntimeError):
+    """``result.messages`` of an :class:`~flowmem.AsyncMemory` append, not yet loaded.
+
+    Reading the buffer is I/O, which a property cannot await: use
+    ``await result.load_messages()`` (or ``await memory.history(...)``).
+    """
 
 
 class StoreError(FlowmemError):

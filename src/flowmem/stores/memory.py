@@ -57,7 +57,14 @@ class InMemoryStore:
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float) -> AppendOutcome:
-        with self._locks.hold(key, lock_timeout) as serialized, self._mutex:
+        with self._locks.hold(key, lock_timeout) as serialized:
+            return self.apply_append(key, incoming, max_messages=max_messages,
+                                     serialized=serialized)
+
+    def apply_append(self, key: StorageKey, incoming: Sequence[Message], *,
+                     max_messages: int | None, serialized: bool = True) -> AppendOutcome:
+        """The append's atomic step, for a caller that already waited for the MEM-12 lock."""
+        with self._mutex:
             buffer = self._buffer(key, create=True)
             assert buffer is not None
             plan = plan_append(buffer.view(incoming), incoming)

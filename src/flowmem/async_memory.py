@@ -1,0 +1,111 @@
+"""The coordinator's asyncio face: :class:`AsyncMemory`.
+
+The same operations, arguments, results, refusals (MEM-7: no backend call,
+one warning) and errors as :class:`~flowmem.Memory` — the logic is the one
+copy in :mod:`flowmem.coordinator`; this face only awaits the store calls
+on an :class:`~flowmem.store.AsyncStore`. Native drivers: psycopg's async
+pool for PostgreSQL, ``redis.asyncio`` for Redis, ``memory://`` on the loop,
+and SQLite on one connection thread per store, so the loop never blocks on
+a file lock, an fsync or a busy wait.
+
+An append's ``result.messages`` is read with ``await result.load_messages()``
+(a property cannot await).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+from .coordinator import DEFAULT_LOCK_TIMEOUT, MemoryCore, Operation, T
+from .messages import Message
+from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
+from .scopes import ExecutionContext, StorageKey
+from .store import AsyncStore
+
+__all__ = ["AsyncMemory"]
+
+
+class AsyncMemory(MemoryCore):
+    """Conversation memory over one :class:`~flowmem.store.AsyncStore` (see :class:`Memory`)."""
+
+    def __init__(self, store: AsyncStore, *,
+                 lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
+        super().__init__(lock_timeout=lock_timeout)
+        self.store = store
+
+    @classmethod
+    def from_url(cls, url: str | None = None, *,
+                 lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> AsyncMemory:
+        """Open the store a URL names, as :meth:`Memory.from_url` (no running loop needed)."""
+        from .stores import open_async_store
+
+        return cls(open_async_store(url), lock_timeout=lock_timeout)
+
+    async def _run(self, operation: Operation[T]) -> T:
+        try:
+            call = next(operation)
+            while True:
+                method = getattr(self.store, call.method)
+                call = operation.send(await method(*call.args, **call.kwargs))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    def _loader(self, where: StorageKey) -> dict[str, Any]:
+        store = self.store
+
+        async def load() -> list[Message]:
+            return (await store.history(where)).messages
+
+        return {"aload": load}
+
+    # -- values ---------------------------------------------------------------
+    async def read(self, scope: str, key: str, *, context: ExecutionContext | None,
+                   default: Any = None) -> ReadResult:
+        """As :meth:`Memory.read`."""
+        return await self._run(self._read(scope, key, context, default))
+
+    async def write(self, scope: str, key: str, value: Any, *,
+                    context: ExecutionContext | None) -> WriteResult:
+        """As :meth:`Memory.write`."""
+        return await self._run(self._write(scope, key, value, context))
+
+    async def delete(self, scope: str, key: str, *,
+                     context: ExecutionContext | None) -> DeleteResult:
+        """As :meth:`Memory.delete`."""
+        return await self._run(self._delete(scope, key, context))
+
+    async def keys(self, scope: str, *, context: ExecutionContext | None, prefix: str = "",
+                   after: str | None = None, limit: int = 100) -> list[str]:
+        """As :meth:`Memory.keys`."""
+        return await self._run(self._keys(scope, context, prefix, after, limit))
+
+    # -- conversations --------------------------------------------------------
+    async def append(self, scope: str, key: str, incoming: Message | Sequence[Message], *,
+                     context: ExecutionContext | None,
+                     max_messages: int | None = None) -> ScopedAppendResult:
+        """As :meth:`Memory.append`; ``await result.load_messages()`` reads the buffer."""
+        return await self._run(self._append(scope, key, incoming, context, max_messages))
+
+    async def history(self, scope: str, key: str, *, context: ExecutionContext | None,
+                      last: int | None = None, before: int | None = None) -> HistoryResult:
+        """As :meth:`Memory.history`."""
+        return await self._run(self._history(scope, key, context, last, before))
+
+    async def edit(self, scope: str, key: str, position: int, message: Message | None, *,
+                   context: ExecutionContext | None) -> bool:
+        """As :meth:`Memory.edit` (the administrative tier, MEM-15)."""
+        return await self._run(self._edit(scope, key, position, message, context))
+
+    # -- lifecycle ------------------------------------------------------------
+    async def aclose(self) -> None:
+        """Close the store."""
+        await self.store.aclose()
+
+    async def __aenter__(self) -> AsyncMemory:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()

@@ -1,0 +1,187 @@
+"""The coordinator's logic, once for both faces (sans-I/O, as httpx and h11 do it).
+
+Each operation of :class:`~flowmem.Memory` and :class:`~flowmem.AsyncMemory`
+is written here ONCE as a generator: it validates the input, resolves the
+scope — the ONE place a refusal is acted on (MEM-7) — yields the
+:class:`StoreCall` it needs and builds the result from the answer. The blocking
+face runs the call on a :class:`~flowmem.store.Store`, the asyncio face
+awaits it on an :class:`~flowmem.store.AsyncStore`; that is all they differ
+in. Under a refused scope the operation returns its neutral result without
+yielding at all, so no backend is ever called, and logs exactly one warning
+on the ``flowmem`` logger naming the node, pipeline and workflow.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeVar
+
+from .buffer import check_max_messages
+from .errors import InvalidInput, ScopeRefused
+from .ids import is_key_text
+from .messages import Message, canonical_message, canonical_messages, json_copy
+from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
+from .scopes import ExecutionContext, StorageKey, resolve_scope
+
+__all__ = ["DEFAULT_LOCK_TIMEOUT", "MAX_KEY_LENGTH", "MemoryCore", "Operation", "StoreCall"]
+
+logger = logging.getLogger("flowmem")
+
+DEFAULT_LOCK_TIMEOUT: Final = 5.0
+MAX_KEY_LENGTH: Final = 512
+MAX_KEYS_PAGE: Final = 1000
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCall:
+    """One store method call an operation needs: ``store.<method>(*args, **kwargs)``."""
+
+    method: str
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+Operation = Generator[StoreCall, Any, T]
+"""A coordinator operation: yields store calls, receives their answers, returns the result."""
+
+
+def _check_key(key: Any) -> str:
+    """A key is text every backend can index: 1..MAX_KEY_LENGTH chars, no NUL/surrogate."""
+    if (not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH
+            or not is_key_text(key)):
+        raise InvalidInput(f"key must be a non-empty string of at most {MAX_KEY_LENGTH} "
+                           f"characters without NUL or lone surrogates, got {key!r}")
+    return key
+
+
+def _check_cursor(name: str, value: Any, *, low: int) -> None:
+    """``last``/``before``: None or an int that every backend can index (64-bit)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2 ** 63:
+        raise InvalidInput(f"{name} must be None or an integer in [{low}, 2**63), got {value!r}")
+
+
+def _check_limit(limit: Any) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_KEYS_PAGE:
+        raise InvalidInput(f"limit must be an integer in [1, {MAX_KEYS_PAGE}], got {limit!r}")
+    return limit
+
+
+class MemoryCore:
+    """Validation, the refusal decision and the result builders of both faces.
+
+    ``lock_timeout`` bounds the MEM-12 wait for a conversation's lock (past
+    it the append goes ahead unserialized, logs one warning, and is still
+    made whole by the backend's own atomicity).
+    """
+
+    def __init__(self, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
+        self.lock_timeout = lock_timeout
+
+    # -- the one refusal decision (MEM-6, MEM-7, MEM-13) --------------------
+    def _locate(self, operation: str, scope: str, key: Any,
+                context: ExecutionContext | None) -> StorageKey | None:
+        checked = _check_key(key)
+        scope_id = self._scope_id(operation, scope, context, checked)
+        return None if scope_id is None else StorageKey(scope, scope_id, checked)
+
+    @staticmethod
+    def _scope_id(operation: str, scope: str, context: ExecutionContext | None,
+                  what: str) -> str | None:
+        try:
+            return resolve_scope(scope, context)
+        except ScopeRefused as refusal:
+            logger.warning(
+                "flowmem: %s of %r refused (%s); node=%r pipeline=%r workflow=%r",
+                operation, what, refusal.reason,
+                getattr(context, "node_id", None), getattr(context, "pipeline_id", None),
+                getattr(context, "workflow_id", None),
+            )
+            return None
+
+    # -- operations -------------------------------------------------------------
+    def _read(self, scope: str, key: str, context: ExecutionContext | None,
+              default: Any) -> Operation[ReadResult]:
+        where = self._locate("read", scope, key, context)
+        if where is None:
+            return ReadResult(default, False, scope, "", refused=True)
+        found, value = yield StoreCall("read", (where,))
+        return ReadResult(value if found else default, found, scope, where.scope_id)
+
+    def _write(self, scope: str, key: str, value: Any,
+               context: ExecutionContext | None) -> Operation[WriteResult]:
+        copied = json_copy(value)
+        where = self._locate("write", scope, key, context)
+        if where is None:
+            return WriteResult(False, scope, "", refused=True)
+        yield StoreCall("write", (where, copied))
+        return WriteResult(True, scope, where.scope_id)
+
+    def _delete(self, scope: str, key: str,
+                context: ExecutionContext | None) -> Operation[DeleteResult]:
+        where = self._locate("delete", scope, key, context)
+        if where is None:
+            return DeleteResult(False, False, scope, "", refused=True)
+        found = yield StoreCall("delete", (where,))
+        return DeleteResult(True, found, scope, where.scope_id)
+
+    def _append(self, scope: str, key: str, incoming: Message | Sequence[Message],
+                context: ExecutionContext | None,
+                max_messages: int | None) -> Operation[ScopedAppendResult]:
+        canonical = canonical_messages(incoming)
+        window = check_max_messages(max_messages)
+        where = self._locate("append", scope, key, context)
+        if where is None:
+            return ScopedAppendResult(scope=scope, resolved_scope_id="", refused=True, count=0,
+                                      appended=0, messages=[])
+        outcome = yield StoreCall("append", (where, canonical),
+                                  {"max_messages": window, "lock_timeout": self.lock_timeout})
+        if not outcome.serialized:
+            logger.warning("flowmem: lock of %r not had within %.3fs; append ran unserialized "
+                           "(MEM-12)", where, self.lock_timeout)
+        return ScopedAppendResult(
+            scope=scope, resolved_scope_id=where.scope_id, serialized=outcome.serialized,
+            count=outcome.count, appended=outcome.appended, **self._loader(where))
+
+    def _loader(self, where: StorageKey) -> dict[str, Any]:
+        """How an append result reads its buffer on this face (``load`` or ``aload``)."""
+        raise NotImplementedError
+
+    def _history(self, scope: str, key: str, context: ExecutionContext | None,
+                 last: int | None, before: int | None) -> Operation[HistoryResult]:
+        _check_cursor("last", last, low=0)
+        _check_cursor("before", before, low=-(2 ** 63))
+        where = self._locate("history", scope, key, context)
+        if where is None:
+            return HistoryResult(scope=scope, refused=True)
+        page = yield StoreCall("history", (where,), {"last": last, "before": before})
+        return HistoryResult(page.messages, page.positions, page.before, scope, where.scope_id)
+
+    def _keys(self, scope: str, context: ExecutionContext | None, prefix: str,
+              after: str | None, limit: int) -> Operation[list[str]]:
+        if not isinstance(prefix, str) or (after is not None and not isinstance(after, str)):
+            raise InvalidInput("prefix and after must be strings")
+        checked = _check_limit(limit)
+        scope_id = self._scope_id("keys", scope, context, prefix)
+        if scope_id is None:
+            return []
+        keys: list[str] = yield StoreCall("keys", (scope, scope_id),
+                                          {"prefix": prefix, "after": after, "limit": checked})
+        return keys
+
+    def _edit(self, scope: str, key: str, position: int, message: Message | None,
+              context: ExecutionContext | None) -> Operation[bool]:
+        _check_cursor("position", position, low=-(2 ** 63))
+        if position is None:
+            raise InvalidInput("position must be an integer")
+        replacement = None if message is None else canonical_message(message)
+        where = self._locate("edit", scope, key, context)
+        if where is None:
+            return False
+        existed: bool = yield StoreCall("edit", (where, position, replacement))
+        return existed

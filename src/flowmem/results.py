@@ -1,0 +1,105 @@
+"""What the coordinator's operations return, on both faces (:class:`~flowmem.Memory`
+and :class:`~flowmem.AsyncMemory`): the same types, the same fields.
+
+Every result says where it acted (``scope``, ``resolved_scope_id``) and
+whether the scope was refused (MEM-7: ``refused=True``, nothing reached a
+backend, ``resolved_scope_id == ""``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+from .buffer import AppendResult
+from .errors import MessagesNotLoaded
+from .messages import Message
+
+__all__ = [
+    "DeleteResult",
+    "HistoryResult",
+    "ReadResult",
+    "ScopedAppendResult",
+    "WriteResult",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """A read: the value (or the default), whether the key was found, and where."""
+
+    value: Any
+    found: bool
+    scope: str
+    resolved_scope_id: str
+    refused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WriteResult:
+    """A write: whether it took effect, and where."""
+
+    ok: bool
+    scope: str
+    resolved_scope_id: str
+    refused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    """A delete: ``ok`` unless refused; ``found`` whether anything was there."""
+
+    ok: bool
+    found: bool
+    scope: str
+    resolved_scope_id: str
+    refused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryResult:
+    """A page of a conversation, oldest first; ``before`` pages further back."""
+
+    messages: list[Message] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
+    before: int | None = None
+    scope: str = ""
+    resolved_scope_id: str = ""
+    refused: bool = False
+
+
+def _not_loaded() -> NoReturn:
+    raise MessagesNotLoaded("the buffer of an AsyncMemory append is read on request: "
+                            "use `await result.load_messages()`")
+
+
+class ScopedAppendResult(AppendResult):
+    """The core :class:`~flowmem.AppendResult` (MEM-14) plus where it was appended.
+
+    ``messages`` (the buffer after the append) is read from the store on
+    first access by a :class:`~flowmem.Memory` result; an
+    :class:`~flowmem.AsyncMemory` result reads it with
+    ``await result.load_messages()`` (a property cannot await).
+    """
+
+    __slots__ = ("_aload", "refused", "resolved_scope_id", "scope", "serialized")
+
+    def __init__(self, *, scope: str, resolved_scope_id: str, serialized: bool = True,
+                 refused: bool = False,
+                 aload: Callable[[], Awaitable[list[Message]]] | None = None,
+                 **kwargs: Any) -> None:
+        if aload is not None:
+            kwargs["load"] = _not_loaded
+        super().__init__(**kwargs)
+        self.scope = scope
+        self.resolved_scope_id = resolved_scope_id
+        self.serialized = serialized
+        self.refused = refused
+        self._aload = aload
+
+    async def load_messages(self) -> list[Message]:
+        """The buffer after the append, on either face (awaits the read once)."""
+        if self._messages is None and self._aload is not None:
+            self._messages = await self._aload()
+        return self.messages

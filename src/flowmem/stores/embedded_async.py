@@ -1,0 +1,160 @@
+"""The embedded stores for :class:`~flowmem.AsyncMemory`: ``memory://`` and ``sqlite://``.
+
+``memory://`` does no I/O: its operations run on the loop directly (each is a
+short critical section of the blocking store). Its MEM-12 lock is waited for
+with ``asyncio.sleep`` polling, never by blocking the loop.
+
+``sqlite://`` keeps ONE connection thread per store: every operation of the
+blocking :class:`~flowmem.stores.sqlite.SQLiteStore` runs there, so the loop
+never waits on a file lock, an fsync or SQLite's busy handler. MEM-12 is the
+blocking store's own (thread and ``fcntl`` locks on the same lock file), so
+async and blocking writers of any process serialize with each other.
+Cancelling a call never interrupts the statement: an operation already
+handed to the thread finishes (committed whole, its lock released), one
+still queued never starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
+from typing import Any, Final, TypeVar
+
+from ..errors import StoreError
+from ..messages import Message
+from ..scopes import StorageKey
+from ..store import AppendOutcome, HistoryPage, Store
+from .memory import InMemoryStore
+from .sqlite import SQLiteStore
+
+__all__ = ["AsyncInMemoryStore", "AsyncSQLiteStore"]
+
+_T = TypeVar("_T")
+_POLL: Final = 0.001
+
+
+class AsyncInMemoryStore:
+    """``memory://`` for asyncio: the blocking in-process store, called on the loop."""
+
+    def __init__(self, store: InMemoryStore | None = None) -> None:
+        self._store = store or InMemoryStore()
+
+    async def read(self, key: StorageKey) -> tuple[bool, Any]:
+        return self._store.read(key)
+
+    async def write(self, key: StorageKey, value: Any) -> None:
+        self._store.write(key, value)
+
+    async def delete(self, key: StorageKey) -> bool:
+        return self._store.delete(key)
+
+    async def append(self, key: StorageKey, incoming: Sequence[Message], *,
+                     max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+        async with self.lock(key, lock_timeout) as held:
+            return self._store.apply_append(key, incoming, max_messages=max_messages,
+                                            serialized=held)
+
+    async def history(self, key: StorageKey, *, last: int | None = None,
+                      before: int | None = None) -> HistoryPage:
+        return self._store.history(key, last=last, before=before)
+
+    async def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
+        return self._store.edit(key, position, message)
+
+    async def keys(self, scope: str, scope_id: str, *, prefix: str = "",
+                   after: str | None = None, limit: int = 100) -> list[str]:
+        return self._store.keys(scope, scope_id, prefix=prefix, after=after, limit=limit)
+
+    def lock(self, key: StorageKey, timeout: float) -> AbstractAsyncContextManager[bool]:
+        return _polled(lambda wait: self._store.lock(key, wait), timeout)
+
+    async def aclose(self) -> None:
+        self._store.close()
+
+
+@asynccontextmanager
+async def _polled(hold: Callable[[float], AbstractContextManager[bool]],
+                  timeout: float) -> AsyncIterator[bool]:
+    """Take a blocking lock without blocking the loop: try, sleep, try again, until ``timeout``."""
+    deadline = time.monotonic() + max(timeout, 0.0)
+    while True:
+        held = hold(0.0)
+        if held.__enter__():
+            break
+        held.__exit__(None, None, None)
+        if time.monotonic() >= deadline:
+            yield False
+            return
+        await asyncio.sleep(_POLL)
+    try:
+        yield True
+    finally:
+        held.__exit__(None, None, None)
+
+
+class AsyncSQLiteStore:
+    """``sqlite://`` for asyncio: the blocking store on one connection thread of its own."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flowmem-sqlite")
+
+    @classmethod
+    def from_url(cls, url: str) -> AsyncSQLiteStore:
+        """The same URLs and options as :class:`~flowmem.stores.sqlite.SQLiteStore`."""
+        return cls(SQLiteStore.from_url(url))
+
+    async def _call(self, function: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+        try:
+            future = asyncio.get_running_loop().run_in_executor(
+                self._thread, lambda: function(*args, **kwargs))
+        except RuntimeError as exc:  # the executor was shut down
+            raise StoreError("the store is closed") from exc
+        return await future
+
+    async def read(self, key: StorageKey) -> tuple[bool, Any]:
+        return await self._call(self._store.read, key)
+
+    async def write(self, key: StorageKey, value: Any) -> None:
+        await self._call(self._store.write, key, value)
+
+    async def delete(self, key: StorageKey) -> bool:
+        return await self._call(self._store.delete, key)
+
+    async def append(self, key: StorageKey, incoming: Sequence[Message], *,
+                     max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+        return await self._call(self._store.append, key, incoming, max_messages=max_messages,
+                                lock_timeout=lock_timeout)
+
+    async def history(self, key: StorageKey, *, last: int | None = None,
+                      before: int | None = None) -> HistoryPage:
+        return await self._call(self._store.history, key, last=last, before=before)
+
+    async def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
+        return await self._call(self._store.edit, key, position, message)
+
+    async def keys(self, scope: str, scope_id: str, *, prefix: str = "",
+                   after: str | None = None, limit: int = 100) -> list[str]:
+        return await self._call(self._store.keys, scope, scope_id, prefix=prefix, after=after,
+                                limit=limit)
+
+    def lock(self, key: StorageKey, timeout: float) -> AbstractAsyncContextManager[bool]:
+        return self._held(key, timeout)
+
+    @asynccontextmanager
+    async def _held(self, key: StorageKey, timeout: float) -> AsyncIterator[bool]:
+        # Taken and released on the connection thread, which owns the thread lock;
+        # the thread stays free for other operations meanwhile.
+        context = self._store.lock(key, timeout)
+        held = await self._call(context.__enter__)
+        try:
+            yield held
+        finally:
+            await asyncio.shield(self._call(context.__exit__, None, None, None))
+
+    async def aclose(self) -> None:
+        await self._call(self._store.close)
+        self._thread.shutdown(wait=False)

@@ -1,0 +1,216 @@
+"""``postgresql://…`` for :class:`~flowmem.AsyncMemory`: psycopg's asyncio pool.
+
+The asyncio twin of :mod:`flowmem.stores.postgres`: the same URL, the same
+first round trip (BEGIN, search path and the MEM-12 advisory lock under a
+``lock_timeout``), the same SQL programs (:mod:`flowmem.stores.sql`), the
+same error mapping — only awaited. The schema is migrated when the store
+opens, on first use (``from_url`` needs no running loop).
+
+Cancellation: a task cancelled inside a transaction rolls it back (or, if
+the connection is left mid-statement, the pool discards the connection and
+the server rolls back), so an operation is applied whole or not at all;
+the advisory lock is transaction-level and goes with the transaction. A
+cancellation that lands while ``COMMIT`` is in flight leaves the outcome
+to the server: whole or nothing, never part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from typing import Any
+
+from ..errors import MissingDependency, StoreError
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg_pool import AsyncConnectionPool
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise MissingDependency(exc.name or "psycopg", "postgres") from exc
+
+from ..messages import Message
+from ..scopes import StorageKey
+from ..store import AppendOutcome, HistoryPage
+from .postgres import setup
+from .postgres_common import (
+    EDIT_LOCK_TIMEOUT,
+    SQL,
+    WRITE_LOCK_TIMEOUT,
+    PostgresOptions,
+    advisory_key,
+    begin_statement,
+    broken,
+    connect_kwargs,
+    lock_fallback_statement,
+    mapped,
+    pg,
+)
+from .postgres_schema import quoted_schema
+from .sql import AsyncExecute, Program, T, adrive, encode
+
+__all__ = ["AsyncPostgresStore"]
+
+Row = tuple[Any, ...]
+Connection = psycopg.AsyncConnection[Row]
+Cursor = psycopg.AsyncCursor[Row]
+
+
+def _executor(cur: Cursor) -> AsyncExecute:
+    async def run(statement: str, params: Sequence[Any]) -> list[Row]:
+        await cur.execute(pg(statement), tuple(params))
+        return await cur.fetchall() if cur.description is not None else []
+
+    return run
+
+
+class AsyncPostgresStore:
+    """The PostgreSQL backend for asyncio (see the module notes)."""
+
+    def __init__(self, options: PostgresOptions) -> None:
+        self.schema = options.schema
+        self._options = options
+        self._ident = quoted_schema(options.schema)
+        self._pool: AsyncConnectionPool[Connection] | None = None
+        self._opening = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str) -> AsyncPostgresStore:
+        """``postgresql://user@host:port/db?schema=...&pool_max=...`` (as the blocking store)."""
+        return cls(PostgresOptions.from_url(url))
+
+    async def _opened(self) -> AsyncConnectionPool[Connection]:
+        if self._pool is not None:
+            return self._pool
+        async with self._opening:
+            if self._closed:
+                raise StoreError("the PostgreSQL store is closed")
+            if self._pool is None:
+                options = self._options
+                await asyncio.to_thread(setup, options)  # once: connect and migrate
+                pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
+                    options.conninfo, kwargs=connect_kwargs(options.conninfo),
+                    min_size=options.pool_min, max_size=options.pool_max,
+                    timeout=options.pool_timeout, open=False, name=f"flowmem-{self.schema}")
+                await pool.open()
+                self._pool = pool
+        return self._pool
+
+    # -- transactions ---------------------------------------------------------------
+    async def _begin(self, cur: Cursor, read_only: bool,
+                     lock: tuple[StorageKey, float] | None) -> bool:
+        """The first round trip; whether the MEM-12 lock was had."""
+        held = None if lock is None else (advisory_key(self.schema, lock[0]), lock[1])
+        try:
+            await cur.execute(begin_statement(self._ident, read_only, held))
+        except pg_errors.LockNotAvailable:
+            await cur.execute(lock_fallback_statement())
+            return False
+        if held is None or held[1] > 0:
+            return True
+        while cur.nextset():
+            pass
+        row = await cur.fetchone()
+        return bool(row and row[0])
+
+    async def _connection(self, read_only: bool,
+                          lock: tuple[StorageKey, float] | None) -> tuple[Connection, bool]:
+        """A pooled connection with its transaction begun (a stale one replaced once)."""
+        pool = await self._opened()
+        for attempt in (1, 2):
+            try:
+                conn = await pool.getconn()
+            except psycopg.Error as exc:
+                raise mapped(exc) from exc
+            try:
+                return conn, await self._begin(conn.cursor(), read_only, lock)
+            except BaseException as exc:
+                lost = broken(conn)
+                if lost and attempt == 1 and isinstance(exc, psycopg.Error):
+                    await pool.putconn(conn)  # a stale pooled connection: nothing was done
+                    await pool.check()
+                    continue
+                await self._release(conn, failed=True)
+                if isinstance(exc, psycopg.Error):
+                    raise mapped(exc, lost=lost) from exc
+                raise
+        raise AssertionError("unreachable")
+
+    async def _release(self, conn: Connection, *, failed: bool) -> None:
+        """Give a connection back; after a failure rolled back, or closed when unsure."""
+        if failed and not broken(conn):
+            try:
+                await conn.execute("ROLLBACK")
+            except BaseException:
+                await conn.close()  # mid-statement: the server rolls back and unlocks
+        if self._pool is not None:
+            with suppress(psycopg.Error):
+                await self._pool.putconn(conn)
+
+    @asynccontextmanager
+    async def _transaction(self, *, read_only: bool = False,
+                           lock: tuple[StorageKey, float] | None = None,
+                           ) -> AsyncIterator[tuple[AsyncExecute, bool]]:
+        conn, serialized = await self._connection(read_only, lock)
+        committing = False
+        try:
+            cur = conn.cursor()
+            yield _executor(cur), serialized
+            committing = True
+            await cur.execute("COMMIT")
+        except BaseException as exc:
+            lost = broken(conn)
+            await self._release(conn, failed=True)
+            if isinstance(exc, psycopg.Error):
+                raise mapped(exc, lost=lost, committing=committing) from exc
+            raise
+        await self._release(conn, failed=False)
+
+    async def _run(self, program: Program[T], *, read_only: bool = False,
+                   lock: tuple[StorageKey, float] | None = None) -> T:
+        async with self._transaction(read_only=read_only, lock=lock) as (run, _):
+            return await adrive(program, run)
+
+    # -- the AsyncStore protocol ---------------------------------------------------------
+    async def read(self, key: StorageKey) -> tuple[bool, Any]:
+        return await self._run(SQL.read(key), read_only=True)
+
+    async def write(self, key: StorageKey, value: Any) -> None:
+        await self._run(SQL.write(key, encode(value)), lock=(key, WRITE_LOCK_TIMEOUT))
+
+    async def delete(self, key: StorageKey) -> bool:
+        return await self._run(SQL.delete(key), lock=(key, WRITE_LOCK_TIMEOUT))
+
+    async def append(self, key: StorageKey, incoming: Sequence[Message], *,
+                     max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+        async with self._transaction(lock=(key, lock_timeout)) as (run, serialized):
+            return await adrive(SQL.append(key, incoming, max_messages, serialized), run)
+
+    async def history(self, key: StorageKey, *, last: int | None = None,
+                      before: int | None = None) -> HistoryPage:
+        return await self._run(SQL.history(key, last, before), read_only=True)
+
+    async def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
+        return await self._run(SQL.edit(key, position, message), lock=(key, EDIT_LOCK_TIMEOUT))
+
+    async def keys(self, scope: str, scope_id: str, *, prefix: str = "",
+                   after: str | None = None, limit: int = 100) -> list[str]:
+        return await self._run(SQL.keys(scope, scope_id, prefix, after, limit), read_only=True)
+
+    def lock(self, key: StorageKey, timeout: float) -> AbstractAsyncContextManager[bool]:
+        """Hold ``key``'s advisory lock in a transaction of its own while the block runs."""
+        return self._hold(key, timeout)
+
+    @asynccontextmanager
+    async def _hold(self, key: StorageKey, timeout: float) -> AsyncIterator[bool]:
+        async with self._transaction(lock=(key, timeout)) as (_, serialized):
+            yield serialized
+
+    async def aclose(self) -> None:
+        async with self._opening:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.close()
