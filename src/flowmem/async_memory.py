@@ -98,6 +98,11 @@ class AsyncMemory(MemoryCore):
         """As :meth:`Memory.edit` (the administrative tier, MEM-15)."""
         return await self._run(self._edit(scope, key, position, message, context))
 
+    async def pop(self, scope: str, key: str, *,
+                  context: ExecutionContext | None) -> Message | None:
+        """As :meth:`Memory.pop`."""
+        return await self._run(self._pop(scope, key, context))
+
     # -- lifecycle ------------------------------------------------------------
     async def aclose(self) -> None:
         """Close the store."""

@@ -185,3 +185,14 @@ class MemoryCore:
             return False
         existed: bool = yield StoreCall("edit", (where, position, replacement))
         return existed
+
+    def _pop(self, scope: str, key: str,
+             context: ExecutionContext | None) -> Operation[Message | None]:
+        where = self._locate("pop", scope, key, context)
+        if where is None:
+            return None
+        page = yield StoreCall("history", (where,), {"last": 1})
+        if not page.messages:
+            return None
+        removed: bool = yield StoreCall("edit", (where, page.positions[0], None))
+        return page.messages[0] if removed else None

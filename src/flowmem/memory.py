@@ -115,6 +115,18 @@ class Memory(MemoryCore):
         """
         return self._run(self._edit(scope, key, position, message, context))
 
+    def pop(self, scope: str, key: str, *, context: ExecutionContext | None) -> Message | None:
+        """Remove and return the newest entry of a conversation (``None`` when empty).
+
+        For runtimes whose own session API needs it (the OpenAI Agents SDK's
+        ``pop_item``). It is an edit of a stored message, so it belongs to the
+        administrative tier of MEM-15: the HTTP service never exposes it below
+        admin; a runtime owning its memory may use it. Removing a turn that
+        declared calls removes the calls' indexes with it, so the buffer stays
+        consistent (a later result for such a call is stored as a plain result).
+        """
+        return self._run(self._pop(scope, key, context))
+
     # -- lifecycle ------------------------------------------------------------
     def close(self) -> None:
         """Close the store."""

@@ -96,50 +96,58 @@ async def _polled(hold: Callable[[float], AbstractContextManager[bool]],
 
 
 class AsyncSQLiteStore:
-    """``sqlite://`` for asyncio: the blocking store on one connection thread of its own."""
+    """``sqlite://`` for asyncio: the blocking store on one connection thread of its own.
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
+    The database is opened (and migrated) on that thread too, so constructing
+    the store never blocks the loop; an error opening it (a missing
+    directory, an unreadable file) is raised by the first call.
+    """
+
+    def __init__(self, opener: Callable[[], Store]) -> None:
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flowmem-sqlite")
+        self._opening = self._thread.submit(opener)
 
     @classmethod
     def from_url(cls, url: str) -> AsyncSQLiteStore:
         """The same URLs and options as :class:`~flowmem.stores.sqlite.SQLiteStore`."""
-        return cls(SQLiteStore.from_url(url))
+        return cls(lambda: SQLiteStore.from_url(url))
 
-    async def _call(self, function: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    @property
+    def _store(self) -> Store:
+        return self._opening.result()  # only ever called on the connection thread
+
+    async def _call(self, function: Callable[[], _T]) -> _T:
         try:
-            future = asyncio.get_running_loop().run_in_executor(
-                self._thread, lambda: function(*args, **kwargs))
+            future = asyncio.get_running_loop().run_in_executor(self._thread, function)
         except RuntimeError as exc:  # the executor was shut down
             raise StoreError("the store is closed") from exc
         return await future
 
     async def read(self, key: StorageKey) -> tuple[bool, Any]:
-        return await self._call(self._store.read, key)
+        return await self._call(lambda: self._store.read(key))
 
     async def write(self, key: StorageKey, value: Any) -> None:
-        await self._call(self._store.write, key, value)
+        await self._call(lambda: self._store.write(key, value))
 
     async def delete(self, key: StorageKey) -> bool:
-        return await self._call(self._store.delete, key)
+        return await self._call(lambda: self._store.delete(key))
 
     async def append(self, key: StorageKey, incoming: Sequence[Message], *,
                      max_messages: int | None, lock_timeout: float) -> AppendOutcome:
-        return await self._call(self._store.append, key, incoming, max_messages=max_messages,
-                                lock_timeout=lock_timeout)
+        return await self._call(lambda: self._store.append(
+            key, incoming, max_messages=max_messages, lock_timeout=lock_timeout))
 
     async def history(self, key: StorageKey, *, last: int | None = None,
                       before: int | None = None) -> HistoryPage:
-        return await self._call(self._store.history, key, last=last, before=before)
+        return await self._call(lambda: self._store.history(key, last=last, before=before))
 
     async def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
-        return await self._call(self._store.edit, key, position, message)
+        return await self._call(lambda: self._store.edit(key, position, message))
 
     async def keys(self, scope: str, scope_id: str, *, prefix: str = "",
                    after: str | None = None, limit: int = 100) -> list[str]:
-        return await self._call(self._store.keys, scope, scope_id, prefix=prefix, after=after,
-                                limit=limit)
+        return await self._call(lambda: self._store.keys(scope, scope_id, prefix=prefix,
+                                                         after=after, limit=limit))
 
     def lock(self, key: StorageKey, timeout: float) -> AbstractAsyncContextManager[bool]:
         return self._held(key, timeout)
@@ -148,13 +156,15 @@ class AsyncSQLiteStore:
     async def _held(self, key: StorageKey, timeout: float) -> AsyncIterator[bool]:
         # Taken and released on the connection thread, which owns the thread lock;
         # the thread stays free for other operations meanwhile.
-        context = self._store.lock(key, timeout)
+        context = await self._call(lambda: self._store.lock(key, timeout))
         held = await self._call(context.__enter__)
         try:
             yield held
         finally:
-            await asyncio.shield(self._call(context.__exit__, None, None, None))
+            await asyncio.shield(self._call(lambda: context.__exit__(None, None, None)))
 
     async def aclose(self) -> None:
-        await self._call(self._store.close)
-        self._thread.shutdown(wait=False)
+        try:
+            await self._call(lambda: self._store.close())
+        finally:
+            self._thread.shutdown(wait=False)

@@ -29,4 +29,11 @@ from .contract import StoreContract, fresh_key
 from .faces import BlockingStore, LoopThread
 from .model import StoreModelMachine, store_model_test
 
-__all__ = ["BlockingStore", "LoopThread", "StoreContract", "StoreModelMachine", "fresh_key", "store_model_test"]
+__all__ = [
+    "BlockingStore",
+    "LoopThread",
+    "StoreContract",
+    "StoreModelMachine",
+    "fresh_key",
+    "store_model_test",
+]
