@@ -241,3 +241,13 @@ def test_memory_history_renders_for_a_provider(tmp_path: Path) -> None:
             {"id": "toolu_1", "type": "function",
              "function": {"name": "search", "arguments": "{}"}}]},
         {"role": "tool", "tool_call_id": "toolu_1", "content": "ok"}]
+
+
+def test_a_turn_left_empty_by_the_repair_is_dropped_for_every_target() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    history = [{"role": "user", "content": "hi"},
+               {"role": "assistant", "content": None, "tool_calls": [call]},
+               {"role": "tool", "content": "r", "tool_call_id": "c1"},
+               {"role": "assistant", "content": "", "tool_calls": [call]}]  # MEM-5: twice
+    for rendered in _sendable(history).values():
+        assert rendered.dropped == 2  # the repeated declaration and the emptied turn

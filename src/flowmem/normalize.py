@@ -247,8 +247,10 @@ def _source_entry(message: Message, blank: Callable[[Message], bool]) -> _Entry:
     role = message["role"]
     if role == "system":
         return _Entry(role, "", source=message)
-    return _Entry(role, "", calls=call_entries(message), result=result_id(message),
-                  source=message, blank=blank(message))
+    if role == "tool":
+        return _Entry(role, "", result=result_id(message), source=message)
+    return _Entry(role, "", calls=call_entries(message), source=message,
+                  blank=role == "assistant" and blank(message))
 
 
 def _repaired(entry: _Entry) -> Message:
