@@ -24,8 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.workload import conversation  # noqa: E402
-from flowmem import ConversationBuffer, formats  # noqa: E402
+from bench.workload import conversation
+from flowmem import ConversationBuffer, formats
 
 
 def _best(work: Callable[[], Any], repeat: int) -> tuple[float, Any]:
