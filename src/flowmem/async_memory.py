@@ -67,14 +67,15 @@ class AsyncMemory(MemoryCore):
         return await self._run(self._read(scope, key, context, default))
 
     async def write(self, scope: str, key: str, value: Any, *,
-                    context: ExecutionContext | None) -> WriteResult:
+                    context: ExecutionContext | None,
+                    idempotency_key: str | None = None) -> WriteResult:
         """As :meth:`Memory.write`."""
-        return await self._run(self._write(scope, key, value, context))
+        return await self._run(self._write(scope, key, value, context, idempotency_key))
 
-    async def delete(self, scope: str, key: str, *,
-                     context: ExecutionContext | None) -> DeleteResult:
+    async def delete(self, scope: str, key: str, *, context: ExecutionContext | None,
+                     idempotency_key: str | None = None) -> DeleteResult:
         """As :meth:`Memory.delete`."""
-        return await self._run(self._delete(scope, key, context))
+        return await self._run(self._delete(scope, key, context, idempotency_key))
 
     async def keys(self, scope: str, *, context: ExecutionContext | None, prefix: str = "",
                    after: str | None = None, limit: int = 100) -> list[str]:
@@ -84,9 +85,11 @@ class AsyncMemory(MemoryCore):
     # -- conversations --------------------------------------------------------
     async def append(self, scope: str, key: str, incoming: Message | Sequence[Message], *,
                      context: ExecutionContext | None,
-                     max_messages: int | None = None) -> ScopedAppendResult:
+                     max_messages: int | None = None,
+                     idempotency_key: str | None = None) -> ScopedAppendResult:
         """As :meth:`Memory.append`; ``await result.load_messages()`` reads the buffer."""
-        return await self._run(self._append(scope, key, incoming, context, max_messages))
+        return await self._run(self._append(scope, key, incoming, context, max_messages,
+                                                idempotency_key))
 
     async def history(self, scope: str, key: str, *, context: ExecutionContext | None,
                       last: int | None = None, before: int | None = None) -> HistoryResult:

@@ -73,13 +73,21 @@ class Memory(MemoryCore):
         return self._run(self._read(scope, key, context, default))
 
     def write(self, scope: str, key: str, value: Any, *,
-              context: ExecutionContext | None) -> WriteResult:
-        """Write a JSON value (anything else raises :class:`~flowmem.InvalidValue`)."""
-        return self._run(self._write(scope, key, value, context))
+              context: ExecutionContext | None,
+              idempotency_key: str | None = None) -> WriteResult:
+        """Write a JSON value (anything else raises :class:`~flowmem.InvalidValue`).
 
-    def delete(self, scope: str, key: str, *, context: ExecutionContext | None) -> DeleteResult:
-        """Delete a value or a conversation; a missing key is ``ok`` and not ``found``."""
-        return self._run(self._delete(scope, key, context))
+        ``idempotency_key``: a retry with the same key changes nothing (see :meth:`append`).
+        """
+        return self._run(self._write(scope, key, value, context, idempotency_key))
+
+    def delete(self, scope: str, key: str, *, context: ExecutionContext | None,
+               idempotency_key: str | None = None) -> DeleteResult:
+        """Delete a value or a conversation; a missing key is ``ok`` and not ``found``.
+
+        ``idempotency_key``: a retry with the same key returns the first ``found``.
+        """
+        return self._run(self._delete(scope, key, context, idempotency_key))
 
     def keys(self, scope: str, *, context: ExecutionContext | None, prefix: str = "",
              after: str | None = None, limit: int = 100) -> list[str]:
@@ -92,12 +100,21 @@ class Memory(MemoryCore):
     # -- conversations --------------------------------------------------------
     def append(self, scope: str, key: str, incoming: Message | Sequence[Message], *,
                context: ExecutionContext | None,
-               max_messages: int | None = None) -> ScopedAppendResult:
+               max_messages: int | None = None,
+               idempotency_key: str | None = None) -> ScopedAppendResult:
         """Append to the conversation at (scope, key) with the full MEM-1..14 rules.
 
         ``messages`` on the result is read from the store when first accessed.
+
+        ``idempotency_key`` makes a retry safe: the key is recorded in the same
+        transaction as the append; a repeat with the same key and the same
+        input returns the first outcome (``replayed=True``) and changes nothing;
+        the same key with another input raises
+        :class:`~flowmem.errors.IdempotencyConflict`. Keys are remembered at
+        least ``idempotency_ttl`` seconds (24 h by default) on every backend.
         """
-        return self._run(self._append(scope, key, incoming, context, max_messages))
+        return self._run(self._append(scope, key, incoming, context, max_messages,
+                                          idempotency_key))
 
     def history(self, scope: str, key: str, *, context: ExecutionContext | None,
                 last: int | None = None, before: int | None = None) -> HistoryResult:
