@@ -25,6 +25,7 @@ from .buffer import check_max_messages
 from .errors import InvalidInput, ScopeRefused
 from .ids import is_key_text
 from .messages import Message, canonical_message, canonical_messages, json_copy
+from .metrics import Metrics
 from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from .scopes import ExecutionContext, StorageKey, resolve_scope
 from .store import Idempotency
@@ -102,9 +103,12 @@ class MemoryCore:
     """
 
     def __init__(self, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
-                 idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL) -> None:
+                 idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL,
+                 metrics: Metrics | None = None, backend: str = "") -> None:
         self.lock_timeout = lock_timeout
         self.idempotency_ttl = idempotency_ttl
+        self.metrics = metrics
+        self.backend = backend
 
     def _idempotency(self, idempotency_key: str | None, operation: str, where: StorageKey,
                      payload: Any) -> dict[str, Idempotency]:
@@ -128,12 +132,13 @@ class MemoryCore:
         scope_id = self._scope_id(operation, scope, context, checked)
         return None if scope_id is None else StorageKey(scope, scope_id, checked)
 
-    @staticmethod
-    def _scope_id(operation: str, scope: str, context: ExecutionContext | None,
+    def _scope_id(self, operation: str, scope: str, context: ExecutionContext | None,
                   what: str) -> str | None:
         try:
             return resolve_scope(scope, context)
         except ScopeRefused as refusal:
+            if self.metrics is not None:
+                self.metrics.refused(operation)
             logger.warning(
                 "flowmem: %s of %r refused (%s); node=%r pipeline=%r workflow=%r",
                 operation, what, refusal.reason,
@@ -182,6 +187,8 @@ class MemoryCore:
         options = {"max_messages": window, "lock_timeout": self.lock_timeout,
                    **self._idempotency(idempotency_key, "append", where, [canonical, window])}
         outcome = yield StoreCall("append", (where, canonical), options)
+        if self.metrics is not None:
+            self.metrics.appended(self.backend, outcome)
         if not outcome.serialized:
             logger.warning("flowmem: lock of %r not had within %.3fs; append ran unserialized "
                            "(MEM-12)", where, self.lock_timeout)

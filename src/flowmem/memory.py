@@ -12,12 +12,21 @@ and ``resolved_scope_id == ""``, and exactly one warning is logged on the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from .coordinator import DEFAULT_LOCK_TIMEOUT, MAX_KEY_LENGTH, MemoryCore, Operation, T
+from .coordinator import (
+    DEFAULT_IDEMPOTENCY_TTL,
+    DEFAULT_LOCK_TIMEOUT,
+    MAX_KEY_LENGTH,
+    MemoryCore,
+    Operation,
+    T,
+)
 from .messages import Message
+from .metrics import Metrics, backend_name
 from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from .scopes import ExecutionContext, StorageKey
 from .store import Store
@@ -42,23 +51,40 @@ class Memory(MemoryCore):
     made whole by the backend's own atomicity).
     """
 
-    def __init__(self, store: Store, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
-        super().__init__(lock_timeout=lock_timeout)
+    def __init__(self, store: Store, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL,
+                 metrics: Metrics | None = None) -> None:
+        super().__init__(lock_timeout=lock_timeout, idempotency_ttl=idempotency_ttl,
+                         metrics=metrics, backend=backend_name(store))
         self.store = store
 
     @classmethod
-    def from_url(cls, url: str | None = None, *,
-                 lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> Memory:
+    def from_url(cls, url: str | None = None, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL,
+                 metrics: Metrics | None = None) -> Memory:
         """Open the store a URL names (``None``: ``$FLOWMEM_STORE`` or ``sqlite:///flowmem.db``)."""
         from .stores import open_store
 
-        return cls(open_store(url), lock_timeout=lock_timeout)
+        return cls(open_store(url), lock_timeout=lock_timeout, idempotency_ttl=idempotency_ttl,
+                   metrics=metrics)
 
     def _run(self, operation: Operation[T]) -> T:
+        metrics = self.metrics
         try:
             call = next(operation)
             while True:
-                call = operation.send(getattr(self.store, call.method)(*call.args, **call.kwargs))
+                method = getattr(self.store, call.method)
+                if metrics is None:
+                    call = operation.send(method(*call.args, **call.kwargs))
+                    continue
+                start = time.perf_counter()
+                try:
+                    answer = method(*call.args, **call.kwargs)
+                except BaseException as exc:
+                    metrics.failed(self.backend, call.method, exc)
+                    raise
+                metrics.called(self.backend, call.method, time.perf_counter() - start)
+                call = operation.send(answer)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
