@@ -22,6 +22,7 @@ from .async_memory import AsyncMemory
 from .buffer import AppendResult, ConversationBuffer, append
 from .errors import (
     FlowmemError,
+    IdempotencyConflict,
     InvalidInput,
     InvalidMessage,
     InvalidStoreURL,
@@ -50,7 +51,7 @@ from .messages import HEALED_CONTENT, ROLES, Message, canonical_message, healed_
 from .nodes import assemble, text_to_message
 from .normalize import NormalizeResult, is_sendable, normalize, sendability_problems
 from .scopes import SCOPES, ExecutionContext, StorageKey, resolve_scope
-from .store import AppendOutcome, AsyncStore, HistoryPage, Store
+from .store import AppendOutcome, AppendStats, AsyncStore, HistoryPage, Idempotency, Store
 
 __version__ = "0.1.0"
 
@@ -62,6 +63,7 @@ __all__ = [
     "Action",
     "AppendOutcome",
     "AppendResult",
+    "AppendStats",
     "AsyncMemory",
     "AsyncStore",
     "ConversationBuffer",
@@ -71,6 +73,8 @@ __all__ = [
     "FlowmemError",
     "HistoryPage",
     "HistoryResult",
+    "Idempotency",
+    "IdempotencyConflict",
     "InvalidInput",
     "InvalidMessage",
     "InvalidStoreURL",

@@ -14,12 +14,14 @@ An append's ``result.messages`` is read with ``await result.load_messages()``
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from .coordinator import DEFAULT_LOCK_TIMEOUT, MemoryCore, Operation, T
+from .coordinator import DEFAULT_IDEMPOTENCY_TTL, DEFAULT_LOCK_TIMEOUT, MemoryCore, Operation, T
 from .messages import Message
+from .metrics import Metrics, backend_name
 from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from .scopes import ExecutionContext, StorageKey
 from .store import AsyncStore
@@ -30,25 +32,40 @@ __all__ = ["AsyncMemory"]
 class AsyncMemory(MemoryCore):
     """Conversation memory over one :class:`~flowmem.store.AsyncStore` (see :class:`Memory`)."""
 
-    def __init__(self, store: AsyncStore, *,
-                 lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
-        super().__init__(lock_timeout=lock_timeout)
+    def __init__(self, store: AsyncStore, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL,
+                 metrics: Metrics | None = None) -> None:
+        super().__init__(lock_timeout=lock_timeout, idempotency_ttl=idempotency_ttl,
+                         metrics=metrics, backend=backend_name(store))
         self.store = store
 
     @classmethod
-    def from_url(cls, url: str | None = None, *,
-                 lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> AsyncMemory:
+    def from_url(cls, url: str | None = None, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL,
+                 metrics: Metrics | None = None) -> AsyncMemory:
         """Open the store a URL names, as :meth:`Memory.from_url` (no running loop needed)."""
         from .stores import open_async_store
 
-        return cls(open_async_store(url), lock_timeout=lock_timeout)
+        return cls(open_async_store(url), lock_timeout=lock_timeout,
+                   idempotency_ttl=idempotency_ttl, metrics=metrics)
 
     async def _run(self, operation: Operation[T]) -> T:
+        metrics = self.metrics
         try:
             call = next(operation)
             while True:
                 method = getattr(self.store, call.method)
-                call = operation.send(await method(*call.args, **call.kwargs))
+                if metrics is None:
+                    call = operation.send(await method(*call.args, **call.kwargs))
+                    continue
+                start = time.perf_counter()
+                try:
+                    answer = await method(*call.args, **call.kwargs)
+                except BaseException as exc:
+                    metrics.failed(self.backend, call.method, exc)
+                    raise
+                metrics.called(self.backend, call.method, time.perf_counter() - start)
+                call = operation.send(answer)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -67,14 +84,15 @@ class AsyncMemory(MemoryCore):
         return await self._run(self._read(scope, key, context, default))
 
     async def write(self, scope: str, key: str, value: Any, *,
-                    context: ExecutionContext | None) -> WriteResult:
+                    context: ExecutionContext | None,
+                    idempotency_key: str | None = None) -> WriteResult:
         """As :meth:`Memory.write`."""
-        return await self._run(self._write(scope, key, value, context))
+        return await self._run(self._write(scope, key, value, context, idempotency_key))
 
-    async def delete(self, scope: str, key: str, *,
-                     context: ExecutionContext | None) -> DeleteResult:
+    async def delete(self, scope: str, key: str, *, context: ExecutionContext | None,
+                     idempotency_key: str | None = None) -> DeleteResult:
         """As :meth:`Memory.delete`."""
-        return await self._run(self._delete(scope, key, context))
+        return await self._run(self._delete(scope, key, context, idempotency_key))
 
     async def keys(self, scope: str, *, context: ExecutionContext | None, prefix: str = "",
                    after: str | None = None, limit: int = 100) -> list[str]:
@@ -84,9 +102,11 @@ class AsyncMemory(MemoryCore):
     # -- conversations --------------------------------------------------------
     async def append(self, scope: str, key: str, incoming: Message | Sequence[Message], *,
                      context: ExecutionContext | None,
-                     max_messages: int | None = None) -> ScopedAppendResult:
+                     max_messages: int | None = None,
+                     idempotency_key: str | None = None) -> ScopedAppendResult:
         """As :meth:`Memory.append`; ``await result.load_messages()`` reads the buffer."""
-        return await self._run(self._append(scope, key, incoming, context, max_messages))
+        return await self._run(self._append(scope, key, incoming, context, max_messages,
+                                                idempotency_key))
 
     async def history(self, scope: str, key: str, *, context: ExecutionContext | None,
                       last: int | None = None, before: int | None = None) -> HistoryResult:

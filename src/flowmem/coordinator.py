@@ -13,7 +13,10 @@ on the ``flowmem`` logger naming the node, pipeline and workflow.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
@@ -22,15 +25,26 @@ from .buffer import check_max_messages
 from .errors import InvalidInput, ScopeRefused
 from .ids import is_key_text
 from .messages import Message, canonical_message, canonical_messages, json_copy
+from .metrics import Metrics
 from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from .scopes import ExecutionContext, StorageKey, resolve_scope
+from .store import Idempotency
 
-__all__ = ["DEFAULT_LOCK_TIMEOUT", "MAX_KEY_LENGTH", "MemoryCore", "Operation", "StoreCall"]
+__all__ = [
+    "DEFAULT_IDEMPOTENCY_TTL",
+    "DEFAULT_LOCK_TIMEOUT",
+    "MAX_KEY_LENGTH",
+    "MemoryCore",
+    "Operation",
+    "StoreCall",
+]
 
 logger = logging.getLogger("flowmem")
 
 DEFAULT_LOCK_TIMEOUT: Final = 5.0
+DEFAULT_IDEMPOTENCY_TTL: Final = 24 * 3600.0
 MAX_KEY_LENGTH: Final = 512
+MAX_IDEMPOTENCY_KEY_LENGTH: Final = 255
 MAX_KEYS_PAGE: Final = 1000
 
 T = TypeVar("T")
@@ -66,6 +80,13 @@ def _check_cursor(name: str, value: Any, *, low: int) -> None:
         raise InvalidInput(f"{name} must be None or an integer in [{low}, 2**63), got {value!r}")
 
 
+def _fingerprint(operation: str, where: StorageKey, payload: Any) -> str:
+    """What a retry must repeat exactly: the operation, where, and its canonical input."""
+    text = json.dumps([operation, where.scope, where.scope_id, where.key, payload],
+                      ensure_ascii=True, separators=(",", ":"), sort_keys=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
 def _check_limit(limit: Any) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_KEYS_PAGE:
         raise InvalidInput(f"limit must be an integer in [1, {MAX_KEYS_PAGE}], got {limit!r}")
@@ -77,11 +98,32 @@ class MemoryCore:
 
     ``lock_timeout`` bounds the MEM-12 wait for a conversation's lock (past
     it the append goes ahead unserialized, logs one warning, and is still
-    made whole by the backend's own atomicity).
+    made whole by the backend's own atomicity). ``idempotency_ttl`` is how
+    long, at least, an idempotency key is remembered (seconds; 24 h).
     """
 
-    def __init__(self, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
+    def __init__(self, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL,
+                 metrics: Metrics | None = None, backend: str = "") -> None:
         self.lock_timeout = lock_timeout
+        self.idempotency_ttl = idempotency_ttl
+        self.metrics = metrics
+        self.backend = backend
+
+    def _idempotency(self, idempotency_key: str | None, operation: str, where: StorageKey,
+                     payload: Any) -> dict[str, Idempotency]:
+        """The store keyword for an idempotency key (none without one)."""
+        if idempotency_key is None:
+            return {}
+        if (not isinstance(idempotency_key, str) or not idempotency_key
+                or len(idempotency_key) > MAX_IDEMPOTENCY_KEY_LENGTH
+                or not is_key_text(idempotency_key)):
+            raise InvalidInput(f"idempotency_key must be a non-empty string of at most "
+                               f"{MAX_IDEMPOTENCY_KEY_LENGTH} characters, got "
+                               f"{idempotency_key!r}")
+        return {"idempotency": Idempotency(idempotency_key,
+                                           _fingerprint(operation, where, payload),
+                                           self.idempotency_ttl, time.time())}
 
     # -- the one refusal decision (MEM-6, MEM-7, MEM-13) --------------------
     def _locate(self, operation: str, scope: str, key: Any,
@@ -90,12 +132,13 @@ class MemoryCore:
         scope_id = self._scope_id(operation, scope, context, checked)
         return None if scope_id is None else StorageKey(scope, scope_id, checked)
 
-    @staticmethod
-    def _scope_id(operation: str, scope: str, context: ExecutionContext | None,
+    def _scope_id(self, operation: str, scope: str, context: ExecutionContext | None,
                   what: str) -> str | None:
         try:
             return resolve_scope(scope, context)
         except ScopeRefused as refusal:
+            if self.metrics is not None:
+                self.metrics.refused(operation)
             logger.warning(
                 "flowmem: %s of %r refused (%s); node=%r pipeline=%r workflow=%r",
                 operation, what, refusal.reason,
@@ -113,40 +156,46 @@ class MemoryCore:
         found, value = yield StoreCall("read", (where,))
         return ReadResult(value if found else default, found, scope, where.scope_id)
 
-    def _write(self, scope: str, key: str, value: Any,
-               context: ExecutionContext | None) -> Operation[WriteResult]:
+    def _write(self, scope: str, key: str, value: Any, context: ExecutionContext | None,
+               idempotency_key: str | None = None) -> Operation[WriteResult]:
         copied = json_copy(value)
         where = self._locate("write", scope, key, context)
         if where is None:
             return WriteResult(False, scope, "", refused=True)
-        yield StoreCall("write", (where, copied))
+        yield StoreCall("write", (where, copied),
+                        self._idempotency(idempotency_key, "write", where, copied))
         return WriteResult(True, scope, where.scope_id)
 
-    def _delete(self, scope: str, key: str,
-                context: ExecutionContext | None) -> Operation[DeleteResult]:
+    def _delete(self, scope: str, key: str, context: ExecutionContext | None,
+                idempotency_key: str | None = None) -> Operation[DeleteResult]:
         where = self._locate("delete", scope, key, context)
         if where is None:
             return DeleteResult(False, False, scope, "", refused=True)
-        found = yield StoreCall("delete", (where,))
+        found = yield StoreCall("delete", (where,),
+                                self._idempotency(idempotency_key, "delete", where, None))
         return DeleteResult(True, found, scope, where.scope_id)
 
     def _append(self, scope: str, key: str, incoming: Message | Sequence[Message],
-                context: ExecutionContext | None,
-                max_messages: int | None) -> Operation[ScopedAppendResult]:
+                context: ExecutionContext | None, max_messages: int | None,
+                idempotency_key: str | None = None) -> Operation[ScopedAppendResult]:
         canonical = canonical_messages(incoming)
         window = check_max_messages(max_messages)
         where = self._locate("append", scope, key, context)
         if where is None:
             return ScopedAppendResult(scope=scope, resolved_scope_id="", refused=True, count=0,
                                       appended=0, messages=[])
-        outcome = yield StoreCall("append", (where, canonical),
-                                  {"max_messages": window, "lock_timeout": self.lock_timeout})
+        options = {"max_messages": window, "lock_timeout": self.lock_timeout,
+                   **self._idempotency(idempotency_key, "append", where, [canonical, window])}
+        outcome = yield StoreCall("append", (where, canonical), options)
+        if self.metrics is not None:
+            self.metrics.appended(self.backend, outcome)
         if not outcome.serialized:
             logger.warning("flowmem: lock of %r not had within %.3fs; append ran unserialized "
                            "(MEM-12)", where, self.lock_timeout)
         return ScopedAppendResult(
             scope=scope, resolved_scope_id=where.scope_id, serialized=outcome.serialized,
-            count=outcome.count, appended=outcome.appended, **self._loader(where))
+            count=outcome.count, appended=outcome.appended, replayed=outcome.replayed,
+            **self._loader(where))
 
     def _loader(self, where: StorageKey) -> dict[str, Any]:
         """How an append result reads its buffer on this face (``load`` or ``aload``)."""

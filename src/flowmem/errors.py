@@ -28,6 +28,7 @@ from __future__ import annotations
 
 __all__ = [
     "FlowmemError",
+    "IdempotencyConflict",
     "InvalidInput",
     "InvalidMessage",
     "InvalidStoreURL",
@@ -90,6 +91,13 @@ class InvalidStoreURL(InvalidInput):
 
 class KeyConflict(InvalidInput):
     """The key holds a plain value where a conversation was expected, or the reverse."""
+
+
+class IdempotencyConflict(InvalidInput):
+    """An idempotency key already used for a different operation or input.
+
+    A retry must repeat the first request exactly; nothing was changed.
+    """
 
 
 class ScopeRefused(FlowmemError):

@@ -12,12 +12,21 @@ and ``resolved_scope_id == ""``, and exactly one warning is logged on the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from .coordinator import DEFAULT_LOCK_TIMEOUT, MAX_KEY_LENGTH, MemoryCore, Operation, T
+from .coordinator import (
+    DEFAULT_IDEMPOTENCY_TTL,
+    DEFAULT_LOCK_TIMEOUT,
+    MAX_KEY_LENGTH,
+    MemoryCore,
+    Operation,
+    T,
+)
 from .messages import Message
+from .metrics import Metrics, backend_name
 from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from .scopes import ExecutionContext, StorageKey
 from .store import Store
@@ -42,23 +51,40 @@ class Memory(MemoryCore):
     made whole by the backend's own atomicity).
     """
 
-    def __init__(self, store: Store, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> None:
-        super().__init__(lock_timeout=lock_timeout)
+    def __init__(self, store: Store, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL,
+                 metrics: Metrics | None = None) -> None:
+        super().__init__(lock_timeout=lock_timeout, idempotency_ttl=idempotency_ttl,
+                         metrics=metrics, backend=backend_name(store))
         self.store = store
 
     @classmethod
-    def from_url(cls, url: str | None = None, *,
-                 lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> Memory:
+    def from_url(cls, url: str | None = None, *, lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
+                 idempotency_ttl: float = DEFAULT_IDEMPOTENCY_TTL,
+                 metrics: Metrics | None = None) -> Memory:
         """Open the store a URL names (``None``: ``$FLOWMEM_STORE`` or ``sqlite:///flowmem.db``)."""
         from .stores import open_store
 
-        return cls(open_store(url), lock_timeout=lock_timeout)
+        return cls(open_store(url), lock_timeout=lock_timeout, idempotency_ttl=idempotency_ttl,
+                   metrics=metrics)
 
     def _run(self, operation: Operation[T]) -> T:
+        metrics = self.metrics
         try:
             call = next(operation)
             while True:
-                call = operation.send(getattr(self.store, call.method)(*call.args, **call.kwargs))
+                method = getattr(self.store, call.method)
+                if metrics is None:
+                    call = operation.send(method(*call.args, **call.kwargs))
+                    continue
+                start = time.perf_counter()
+                try:
+                    answer = method(*call.args, **call.kwargs)
+                except BaseException as exc:
+                    metrics.failed(self.backend, call.method, exc)
+                    raise
+                metrics.called(self.backend, call.method, time.perf_counter() - start)
+                call = operation.send(answer)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -73,13 +99,21 @@ class Memory(MemoryCore):
         return self._run(self._read(scope, key, context, default))
 
     def write(self, scope: str, key: str, value: Any, *,
-              context: ExecutionContext | None) -> WriteResult:
-        """Write a JSON value (anything else raises :class:`~flowmem.InvalidValue`)."""
-        return self._run(self._write(scope, key, value, context))
+              context: ExecutionContext | None,
+              idempotency_key: str | None = None) -> WriteResult:
+        """Write a JSON value (anything else raises :class:`~flowmem.InvalidValue`).
 
-    def delete(self, scope: str, key: str, *, context: ExecutionContext | None) -> DeleteResult:
-        """Delete a value or a conversation; a missing key is ``ok`` and not ``found``."""
-        return self._run(self._delete(scope, key, context))
+        ``idempotency_key``: a retry with the same key changes nothing (see :meth:`append`).
+        """
+        return self._run(self._write(scope, key, value, context, idempotency_key))
+
+    def delete(self, scope: str, key: str, *, context: ExecutionContext | None,
+               idempotency_key: str | None = None) -> DeleteResult:
+        """Delete a value or a conversation; a missing key is ``ok`` and not ``found``.
+
+        ``idempotency_key``: a retry with the same key returns the first ``found``.
+        """
+        return self._run(self._delete(scope, key, context, idempotency_key))
 
     def keys(self, scope: str, *, context: ExecutionContext | None, prefix: str = "",
              after: str | None = None, limit: int = 100) -> list[str]:
@@ -92,12 +126,21 @@ class Memory(MemoryCore):
     # -- conversations --------------------------------------------------------
     def append(self, scope: str, key: str, incoming: Message | Sequence[Message], *,
                context: ExecutionContext | None,
-               max_messages: int | None = None) -> ScopedAppendResult:
+               max_messages: int | None = None,
+               idempotency_key: str | None = None) -> ScopedAppendResult:
         """Append to the conversation at (scope, key) with the full MEM-1..14 rules.
 
         ``messages`` on the result is read from the store when first accessed.
+
+        ``idempotency_key`` makes a retry safe: the key is recorded in the same
+        transaction as the append; a repeat with the same key and the same
+        input returns the first outcome (``replayed=True``) and changes nothing;
+        the same key with another input raises
+        :class:`~flowmem.errors.IdempotencyConflict`. Keys are remembered at
+        least ``idempotency_ttl`` seconds (24 h by default) on every backend.
         """
-        return self._run(self._append(scope, key, incoming, context, max_messages))
+        return self._run(self._append(scope, key, incoming, context, max_messages,
+                                          idempotency_key))
 
     def history(self, scope: str, key: str, *, context: ExecutionContext | None,
                 last: int | None = None, before: int | None = None) -> HistoryResult:

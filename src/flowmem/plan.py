@@ -131,10 +131,27 @@ Op = AddEntry | ReplacePlaceholder | HealTurn
 
 @dataclass(frozen=True, slots=True)
 class AppendPlan:
-    """The operations of one append, in order, and how many entries it adds."""
+    """The operations of one append, in order, and how many entries it adds.
+
+    ``dropped_results`` counts incoming tool results dropped as duplicates
+    (MEM-1, and MEM-10's healed duplicates), ``dropped_turns`` incoming
+    assistant turns dropped because every id they declare is known (MEM-2).
+    """
 
     ops: tuple[Op, ...]
     appended: int
+    dropped_results: int = 0
+    dropped_turns: int = 0
+
+    @property
+    def healed(self) -> int:
+        """Placeholders this plan inserts (MEM-3)."""
+        return sum(len(op.call_ids) for op in self.ops if isinstance(op, HealTurn))
+
+    @property
+    def replaced(self) -> int:
+        """Placeholders this plan overwrites with a real result (MEM-10)."""
+        return sum(1 for op in self.ops if isinstance(op, ReplacePlaceholder))
 
 
 def mentioned_ids(incoming: Sequence[Message]) -> set[str]:
@@ -160,6 +177,8 @@ class _Planner:
         self.pending: dict[str, PendingCall] = {p.call_id: p for p in view.pending}
         self.ops: list[Op] = []
         self.adds = 0
+        self.dropped_results = 0
+        self.dropped_turns = 0
 
     def add(self, message: Message, *, answers: str | None = None, healed: bool = False,
             declares: tuple[str, ...] = (), opens: tuple[tuple[str, int], ...] = ()) -> None:
@@ -180,12 +199,14 @@ class _Planner:
         elif held and not incoming_healed:
             self.results[answered] = False
             self.ops.append(ReplacePlaceholder(answered, message))
-        # otherwise a duplicate (MEM-1, MEM-10): dropped
+        else:
+            self.dropped_results += 1  # a duplicate (MEM-1, MEM-10): dropped
 
     def assistant(self, message: Message) -> None:
         ids = declared_call_ids(message)
         if ids and all(i in self.declared for i in ids):
-            return  # MEM-2: every id already declared
+            self.dropped_turns += 1  # MEM-2: every id already declared
+            return
         ordinal = self.adds
         opens: list[tuple[str, int]] = []
         for order, call in enumerate(ids):
@@ -225,4 +246,5 @@ def plan_append(view: BufferView, incoming: Sequence[Message]) -> AppendPlan:
             if role == "user":
                 planner.heal()  # MEM-3: only a user message heals
             planner.add(message)
-    return AppendPlan(tuple(planner.ops), planner.adds)
+    return AppendPlan(tuple(planner.ops), planner.adds, planner.dropped_results,
+                      planner.dropped_turns)

@@ -77,16 +77,18 @@ def _not_loaded() -> NoReturn:
 class ScopedAppendResult(AppendResult):
     """The core :class:`~flowmem.AppendResult` (MEM-14) plus where it was appended.
 
+    ``replayed`` is ``True`` when the call repeated an idempotency key: the
+    figures are the first call's and nothing changed.
     ``messages`` (the buffer after the append) is read from the store on
     first access by a :class:`~flowmem.Memory` result; an
     :class:`~flowmem.AsyncMemory` result reads it with
     ``await result.load_messages()`` (a property cannot await).
     """
 
-    __slots__ = ("_aload", "refused", "resolved_scope_id", "scope", "serialized")
+    __slots__ = ("_aload", "refused", "replayed", "resolved_scope_id", "scope", "serialized")
 
     def __init__(self, *, scope: str, resolved_scope_id: str, serialized: bool = True,
-                 refused: bool = False,
+                 refused: bool = False, replayed: bool = False,
                  aload: Callable[[], Awaitable[list[Message]]] | None = None,
                  **kwargs: Any) -> None:
         if aload is not None:
@@ -96,6 +98,7 @@ class ScopedAppendResult(AppendResult):
         self.resolved_scope_id = resolved_scope_id
         self.serialized = serialized
         self.refused = refused
+        self.replayed = replayed
         self._aload = aload
 
     async def load_messages(self) -> list[Message]:

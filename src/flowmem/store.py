@@ -30,7 +30,22 @@ from typing import Any, Protocol, runtime_checkable
 from .messages import Message
 from .scopes import StorageKey
 
-__all__ = ["AppendOutcome", "AsyncStore", "HistoryPage", "Store"]
+__all__ = ["AppendOutcome", "AppendStats", "AsyncStore", "HistoryPage", "Idempotency", "Store"]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendStats:
+    """What an append's plan did besides adding entries (for metrics, never for rules).
+
+    ``dropped_results``: incoming tool results dropped as duplicates (MEM-1);
+    ``dropped_turns``: assistant turns dropped (MEM-2); ``healed``: placeholders
+    inserted (MEM-3); ``replaced``: placeholders overwritten (MEM-10).
+    """
+
+    dropped_results: int = 0
+    dropped_turns: int = 0
+    healed: int = 0
+    replaced: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,12 +54,33 @@ class AppendOutcome:
 
     ``serialized`` is ``False`` when the MEM-12 lock was not had within the
     bounded wait and the append went ahead unserialized (the backend's own
-    atomicity still made it whole).
+    atomicity still made it whole). ``replayed`` is ``True`` when an
+    idempotency key had already been used for this same append: nothing
+    changed and the figures are the first outcome's.
     """
 
     count: int
     appended: int
     serialized: bool = True
+    stats: AppendStats = field(default_factory=AppendStats)
+    replayed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Idempotency:
+    """An idempotency key, as a store records it with the change it guards.
+
+    ``fingerprint`` identifies the operation and its input (the coordinator
+    computes it); a repeat with the same key and fingerprint replays the
+    recorded outcome and changes nothing, a repeat with another fingerprint
+    raises :class:`~flowmem.errors.IdempotencyConflict`. The record lives at
+    least ``ttl`` seconds after ``now`` (seconds since the epoch).
+    """
+
+    key: str
+    fingerprint: str
+    ttl: float
+    now: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,22 +105,32 @@ class Store(Protocol):
         """``(found, value)``; a conversation's value is its message list."""
         ...
 
-    def write(self, key: StorageKey, value: Any) -> None:
-        """Store a JSON value (already validated), replacing whatever the key held."""
+    def write(self, key: StorageKey, value: Any, *,
+              idempotency: Idempotency | None = None) -> None:
+        """Store a JSON value (already validated), replacing whatever the key held.
+
+        With ``idempotency`` the key is recorded in the same atomic unit as the
+        change; a repeat changes nothing (see :class:`Idempotency`).
+        """
         ...
 
-    def delete(self, key: StorageKey) -> bool:
-        """Remove the key (value or conversation); whether anything was there."""
+    def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
+        """Remove the key (value or conversation); whether anything was there.
+
+        A repeat under the same ``idempotency`` key returns the first answer.
+        """
         ...
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
-               max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+               max_messages: int | None, lock_timeout: float,
+               idempotency: Idempotency | None = None) -> AppendOutcome:
         """Append canonical messages to the conversation at ``key`` (created on demand).
 
         Serialized per key for at most ``lock_timeout`` seconds of waiting
         (MEM-12); past it the append proceeds unserialized and reports
         ``serialized=False``. Raises :class:`~flowmem.errors.KeyConflict` when
-        the key holds a plain value.
+        the key holds a plain value. A repeat under the same ``idempotency`` key
+        returns the first outcome with ``replayed=True`` and changes nothing.
         """
         ...
 
@@ -129,16 +175,18 @@ class AsyncStore(Protocol):
         """As :meth:`Store.read`."""
         ...
 
-    async def write(self, key: StorageKey, value: Any) -> None:
+    async def write(self, key: StorageKey, value: Any, *,
+                    idempotency: Idempotency | None = None) -> None:
         """As :meth:`Store.write`."""
         ...
 
-    async def delete(self, key: StorageKey) -> bool:
+    async def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
         """As :meth:`Store.delete`."""
         ...
 
     async def append(self, key: StorageKey, incoming: Sequence[Message], *,
-                     max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+                     max_messages: int | None, lock_timeout: float,
+                     idempotency: Idempotency | None = None) -> AppendOutcome:
         """As :meth:`Store.append`; the MEM-12 wait never blocks the loop."""
         ...
 

@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar
 from ..errors import StoreError
 from ..messages import Message
 from ..scopes import StorageKey
-from ..store import AppendOutcome, HistoryPage, Store
+from ..store import AppendOutcome, HistoryPage, Idempotency, Store
 from .memory import InMemoryStore
 from .sqlite import SQLiteStore
 
@@ -45,17 +45,19 @@ class AsyncInMemoryStore:
     async def read(self, key: StorageKey) -> tuple[bool, Any]:
         return self._store.read(key)
 
-    async def write(self, key: StorageKey, value: Any) -> None:
-        self._store.write(key, value)
+    async def write(self, key: StorageKey, value: Any, *,
+                    idempotency: Idempotency | None = None) -> None:
+        self._store.write(key, value, idempotency=idempotency)
 
-    async def delete(self, key: StorageKey) -> bool:
-        return self._store.delete(key)
+    async def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
+        return self._store.delete(key, idempotency=idempotency)
 
     async def append(self, key: StorageKey, incoming: Sequence[Message], *,
-                     max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+                     max_messages: int | None, lock_timeout: float,
+                     idempotency: Idempotency | None = None) -> AppendOutcome:
         async with self.lock(key, lock_timeout) as held:
             return self._store.apply_append(key, incoming, max_messages=max_messages,
-                                            serialized=held)
+                                            serialized=held, idempotency=idempotency)
 
     async def history(self, key: StorageKey, *, last: int | None = None,
                       before: int | None = None) -> HistoryPage:
@@ -126,16 +128,19 @@ class AsyncSQLiteStore:
     async def read(self, key: StorageKey) -> tuple[bool, Any]:
         return await self._call(lambda: self._store.read(key))
 
-    async def write(self, key: StorageKey, value: Any) -> None:
-        await self._call(lambda: self._store.write(key, value))
+    async def write(self, key: StorageKey, value: Any, *,
+                    idempotency: Idempotency | None = None) -> None:
+        await self._call(lambda: self._store.write(key, value, idempotency=idempotency))
 
-    async def delete(self, key: StorageKey) -> bool:
-        return await self._call(lambda: self._store.delete(key))
+    async def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
+        return await self._call(lambda: self._store.delete(key, idempotency=idempotency))
 
     async def append(self, key: StorageKey, incoming: Sequence[Message], *,
-                     max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+                     max_messages: int | None, lock_timeout: float,
+                     idempotency: Idempotency | None = None) -> AppendOutcome:
         return await self._call(lambda: self._store.append(
-            key, incoming, max_messages=max_messages, lock_timeout=lock_timeout))
+            key, incoming, max_messages=max_messages, lock_timeout=lock_timeout,
+            idempotency=idempotency))
 
     async def history(self, key: StorageKey, *, last: int | None = None,
                       before: int | None = None) -> HistoryPage:

@@ -12,11 +12,11 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ..buffer import ConversationBuffer
-from ..errors import KeyConflict
+from ..errors import IdempotencyConflict, KeyConflict
 from ..messages import Message, json_copy
 from ..plan import plan_append
 from ..scopes import StorageKey
-from ..store import AppendOutcome, HistoryPage
+from ..store import AppendOutcome, AppendStats, HistoryPage, Idempotency
 from .locks import KeyLocks
 
 __all__ = ["InMemoryStore"]
@@ -36,6 +36,7 @@ class InMemoryStore:
         self._data: dict[StorageKey, _Value | ConversationBuffer] = {}
         self._mutex = threading.RLock()  # the store's own atomicity, held briefly
         self._locks = KeyLocks()
+        self._keys: dict[str, tuple[str, Any, float]] = {}  # idempotency key -> record
 
     def read(self, key: StorageKey) -> tuple[bool, Any]:
         with self._mutex:
@@ -46,30 +47,65 @@ class InMemoryStore:
                 return True, held.messages
             return True, json_copy(held.value)
 
-    def write(self, key: StorageKey, value: Any) -> None:
+    def write(self, key: StorageKey, value: Any, *,
+              idempotency: Idempotency | None = None) -> None:
         copied = json_copy(value)
         with self._mutex:
-            self._data[key] = _Value(copied)
+            if self._replay(idempotency) is None:
+                self._data[key] = _Value(copied)
+                self._record(idempotency, True)
 
-    def delete(self, key: StorageKey) -> bool:
+    def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
         with self._mutex:
-            return self._data.pop(key, None) is not None
+            first = self._replay(idempotency)
+            if first is not None:
+                return bool(first)
+            found = self._data.pop(key, None) is not None
+            self._record(idempotency, found)
+            return found
+
+    def _replay(self, idempotency: Idempotency | None) -> Any:
+        """The outcome recorded under the key, or ``None`` (call under the mutex)."""
+        if idempotency is None:
+            return None
+        held = self._keys.get(idempotency.key)
+        if held is None or held[2] < idempotency.now:
+            return None
+        if held[0] != idempotency.fingerprint:
+            raise IdempotencyConflict(f"idempotency key {idempotency.key!r} was used for a "
+                                      "different request; a retry must repeat it exactly")
+        return held[1]
+
+    def _record(self, idempotency: Idempotency | None, outcome: Any) -> None:
+        if idempotency is not None:
+            if len(self._keys) % 64 == 0:
+                self._keys = {k: r for k, r in self._keys.items() if r[2] >= idempotency.now}
+            self._keys[idempotency.key] = (idempotency.fingerprint, outcome,
+                                           idempotency.now + idempotency.ttl)
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
-               max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+               max_messages: int | None, lock_timeout: float,
+               idempotency: Idempotency | None = None) -> AppendOutcome:
         with self._locks.hold(key, lock_timeout) as serialized:
             return self.apply_append(key, incoming, max_messages=max_messages,
-                                     serialized=serialized)
+                                     serialized=serialized, idempotency=idempotency)
 
     def apply_append(self, key: StorageKey, incoming: Sequence[Message], *,
-                     max_messages: int | None, serialized: bool = True) -> AppendOutcome:
+                     max_messages: int | None, serialized: bool = True,
+                     idempotency: Idempotency | None = None) -> AppendOutcome:
         """The append's atomic step, for a caller that already waited for the MEM-12 lock."""
         with self._mutex:
+            first = self._replay(idempotency)
+            if first is not None:
+                return AppendOutcome(first[0], first[1], serialized, replayed=True)
             buffer = self._buffer(key, create=True)
             assert buffer is not None
             plan = plan_append(buffer.view(incoming), incoming)
             buffer.apply(plan, max_messages=max_messages)
-            return AppendOutcome(len(buffer), plan.appended, serialized)
+            self._record(idempotency, (len(buffer), plan.appended))
+            stats = AppendStats(plan.dropped_results, plan.dropped_turns, plan.healed,
+                                plan.replaced)
+            return AppendOutcome(len(buffer), plan.appended, serialized, stats)
 
     def _buffer(self, key: StorageKey, *, create: bool) -> ConversationBuffer | None:
         held = self._data.get(key)

@@ -64,7 +64,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 
 from ..messages import Message
 from ..scopes import StorageKey
-from ..store import AppendOutcome, HistoryPage
+from ..store import AppendOutcome, HistoryPage, Idempotency
 from .postgres_common import (
     EDIT_LOCK_TIMEOUT,
     SQL,
@@ -204,16 +204,19 @@ class PostgresStore:
     def read(self, key: StorageKey) -> tuple[bool, Any]:
         return self._run(SQL.read(key), read_only=True)
 
-    def write(self, key: StorageKey, value: Any) -> None:
-        self._run(SQL.write(key, encode(value)), lock=(key, WRITE_LOCK_TIMEOUT))
+    def write(self, key: StorageKey, value: Any, *,
+              idempotency: Idempotency | None = None) -> None:
+        self._run(SQL.write(key, encode(value), idempotency), lock=(key, WRITE_LOCK_TIMEOUT))
 
-    def delete(self, key: StorageKey) -> bool:
-        return self._run(SQL.delete(key), lock=(key, WRITE_LOCK_TIMEOUT))
+    def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
+        return self._run(SQL.delete(key, idempotency), lock=(key, WRITE_LOCK_TIMEOUT))
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
-               max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+               max_messages: int | None, lock_timeout: float,
+               idempotency: Idempotency | None = None) -> AppendOutcome:
         with self._transaction(lock=(key, lock_timeout)) as (run, serialized):
-            return drive(SQL.append(key, incoming, max_messages, serialized), run)
+            program = SQL.append(key, incoming, max_messages, serialized, idempotency)
+            return drive(program, run)
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:

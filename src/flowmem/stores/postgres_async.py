@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 
 from ..messages import Message
 from ..scopes import StorageKey
-from ..store import AppendOutcome, HistoryPage
+from ..store import AppendOutcome, HistoryPage, Idempotency
 from .postgres import setup
 from .postgres_common import (
     EDIT_LOCK_TIMEOUT,
@@ -177,16 +177,19 @@ class AsyncPostgresStore:
     async def read(self, key: StorageKey) -> tuple[bool, Any]:
         return await self._run(SQL.read(key), read_only=True)
 
-    async def write(self, key: StorageKey, value: Any) -> None:
-        await self._run(SQL.write(key, encode(value)), lock=(key, WRITE_LOCK_TIMEOUT))
+    async def write(self, key: StorageKey, value: Any, *,
+                    idempotency: Idempotency | None = None) -> None:
+        await self._run(SQL.write(key, encode(value), idempotency), lock=(key, WRITE_LOCK_TIMEOUT))
 
-    async def delete(self, key: StorageKey) -> bool:
-        return await self._run(SQL.delete(key), lock=(key, WRITE_LOCK_TIMEOUT))
+    async def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
+        return await self._run(SQL.delete(key, idempotency), lock=(key, WRITE_LOCK_TIMEOUT))
 
     async def append(self, key: StorageKey, incoming: Sequence[Message], *,
-                     max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+                     max_messages: int | None, lock_timeout: float,
+                     idempotency: Idempotency | None = None) -> AppendOutcome:
         async with self._transaction(lock=(key, lock_timeout)) as (run, serialized):
-            return await adrive(SQL.append(key, incoming, max_messages, serialized), run)
+            program = SQL.append(key, incoming, max_messages, serialized, idempotency)
+            return await adrive(program, run)
 
     async def history(self, key: StorageKey, *, last: int | None = None,
                       before: int | None = None) -> HistoryPage:

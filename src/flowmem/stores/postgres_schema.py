@@ -70,6 +70,13 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         PRIMARY KEY (buffer_id, call_id)
     );
     """,
+    f"""
+    CREATE TABLE idempotency (
+        ikey {_C} PRIMARY KEY, fingerprint TEXT NOT NULL, outcome TEXT,
+        expires DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX idempotency_expires ON idempotency (expires);
+    """,
 )
 """Schema migrations, in order; ``schema_version`` records each one applied.
 

@@ -30,11 +30,12 @@ lone surrogates round-trip the same way on every backend.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, Final, TypeVar
 
 from ..entries import derive_indexes, edit_entries
-from ..errors import KeyConflict
+from ..errors import IdempotencyConflict, KeyConflict
 from ..ids import is_healed
 from ..messages import Message, healed_placeholder
 from ..plan import (
@@ -51,7 +52,7 @@ from ..plan import (
     plan_append,
 )
 from ..scopes import StorageKey
-from ..store import AppendOutcome, HistoryPage
+from ..store import AppendOutcome, AppendStats, HistoryPage, Idempotency
 
 __all__ = [
     "AsyncExecute",
@@ -110,6 +111,14 @@ _UPSERT_RESULT: Final = (
 )
 
 
+_CLAIM: Final = (
+    "INSERT INTO idempotency (ikey, fingerprint, outcome, expires) VALUES (?, ?, NULL, ?) "
+    "ON CONFLICT (ikey) DO UPDATE SET fingerprint = excluded.fingerprint, outcome = NULL, "
+    "expires = excluded.expires WHERE idempotency.expires < ? RETURNING 1"
+)
+_PURGE_ONE_IN: Final = 64  # expired idempotency records are purged by one write in 64
+
+
 def encode(value: Any) -> str:
     """JSON text, ASCII only (NUL and lone surrogates escaped)."""
     return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
@@ -146,31 +155,77 @@ class SQLConversations:
             return False, None
         return True, (yield from self.messages(buffer_id))
 
-    def write(self, key: StorageKey, text: str) -> Program[None]:
+    def write(self, key: StorageKey, text: str,
+              idempotency: Idempotency | None = None) -> Program[None]:
+        if idempotency is not None and (yield from self.claim(idempotency)) is not None:
+            return
         buffer_id = yield from self.buffer_id(key, lock=True)
         if buffer_id is not None:
             yield from self.drop_buffer(buffer_id)
         yield ("INSERT INTO kv (scope, scope_id, key, value) VALUES (?, ?, ?, ?) "
                "ON CONFLICT (scope, scope_id, key) DO UPDATE SET value = excluded.value",
                (key.scope, key.scope_id, key.key, text))
+        if idempotency is not None:
+            yield from self.record(idempotency, {})
 
-    def delete(self, key: StorageKey) -> Program[bool]:
+    def delete(self, key: StorageKey, idempotency: Idempotency | None = None) -> Program[bool]:
+        if idempotency is not None:
+            first = yield from self.claim(idempotency)
+            if first is not None:
+                return bool(first["found"])
         found = bool((yield ("DELETE FROM kv WHERE scope = ? AND scope_id = ? AND key = ? "
                              "RETURNING 1", (key.scope, key.scope_id, key.key))))
         buffer_id = yield from self.buffer_id(key, lock=True)
         if buffer_id is not None:
             yield from self.drop_buffer(buffer_id)
             found = True
+        if idempotency is not None:
+            yield from self.record(idempotency, {"found": found})
         return found
 
     def append(self, key: StorageKey, incoming: Sequence[Message],
-               max_messages: int | None, serialized: bool) -> Program[AppendOutcome]:
+               max_messages: int | None, serialized: bool,
+               idempotency: Idempotency | None = None) -> Program[AppendOutcome]:
         """Plan (:func:`~flowmem.plan.plan_append`) against indexed look-ups, then apply."""
+        if idempotency is not None:
+            first = yield from self.claim(idempotency)
+            if first is not None:
+                return AppendOutcome(first["count"], first["appended"], serialized, replayed=True)
         buffer_id, count, next_pos = yield from self.open_buffer(key)
         view = yield from self.view(buffer_id, incoming)
         plan = plan_append(view, incoming)
         count, appended = yield from self.apply(buffer_id, count, next_pos, plan, max_messages)
-        return AppendOutcome(count, appended, serialized)
+        if idempotency is not None:
+            yield from self.record(idempotency, {"count": count, "appended": appended})
+        stats = AppendStats(plan.dropped_results, plan.dropped_turns, plan.healed, plan.replaced)
+        return AppendOutcome(count, appended, serialized, stats)
+
+    # -- idempotency keys (recorded in the transaction of the change they guard) ----
+    @staticmethod
+    def claim(idempotency: Idempotency) -> Program[dict[str, Any] | None]:
+        """Claim the key for this transaction (``None``), or the first outcome recorded
+        under it. The claim is a row of the key's unique index: a concurrent repeat
+        waits for this transaction and then replays what it recorded."""
+        expires = idempotency.now + idempotency.ttl
+        claimed = yield (_CLAIM, (idempotency.key, idempotency.fingerprint, expires,
+                                  idempotency.now))
+        if claimed:
+            return None
+        rows = yield ("SELECT fingerprint, outcome FROM idempotency WHERE ikey = ?",
+                      (idempotency.key,))
+        if rows[0][0] != idempotency.fingerprint or rows[0][1] is None:
+            raise IdempotencyConflict(f"idempotency key {idempotency.key!r} was used for a "
+                                      "different request; a retry must repeat it exactly")
+        first: dict[str, Any] = decode(rows[0][1])
+        return first
+
+    @staticmethod
+    def record(idempotency: Idempotency, outcome: dict[str, Any]) -> Program[None]:
+        """Store the outcome a repeat replays (and now and then purge expired keys)."""
+        yield ("UPDATE idempotency SET outcome = ? WHERE ikey = ?",
+               (encode(outcome), idempotency.key))
+        if random.randrange(_PURGE_ONE_IN) == 0:
+            yield ("DELETE FROM idempotency WHERE expires < ?", (idempotency.now,))
 
     def history(self, key: StorageKey, last: int | None,
                 before: int | None) -> Program[HistoryPage]:

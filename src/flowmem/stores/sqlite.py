@@ -40,7 +40,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from ..errors import InvalidStoreURL, SchemaError, StoreBusy, StoreError
 from ..messages import Message
 from ..scopes import StorageKey
-from ..store import AppendOutcome, HistoryPage
+from ..store import AppendOutcome, HistoryPage, Idempotency
 from .locks import key_locks
 from .sql import Execute, Program, SQLConversations, T, drive, encode
 
@@ -85,6 +85,13 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         turn_pos INTEGER NOT NULL, ord INTEGER NOT NULL,
         PRIMARY KEY (buffer_id, call_id)
     ) WITHOUT ROWID;
+    """,
+    """
+    CREATE TABLE idempotency (
+        ikey TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, outcome TEXT,
+        expires REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX idempotency_expires ON idempotency (expires);
     """,
 )
 """Schema migrations; ``PRAGMA user_version`` is the number applied."""
@@ -215,16 +222,18 @@ class SQLiteStore:
     def read(self, key: StorageKey) -> tuple[bool, Any]:
         return self._run(_SQL.read(key), "DEFERRED")
 
-    def write(self, key: StorageKey, value: Any) -> None:
-        self._run(_SQL.write(key, encode(value)))
+    def write(self, key: StorageKey, value: Any, *,
+              idempotency: Idempotency | None = None) -> None:
+        self._run(_SQL.write(key, encode(value), idempotency))
 
-    def delete(self, key: StorageKey) -> bool:
-        return self._run(_SQL.delete(key))
+    def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
+        return self._run(_SQL.delete(key, idempotency))
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
-               max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+               max_messages: int | None, lock_timeout: float,
+               idempotency: Idempotency | None = None) -> AppendOutcome:
         with self._locks.hold(key, lock_timeout) as serialized:
-            return self._run(_SQL.append(key, incoming, max_messages, serialized))
+            return self._run(_SQL.append(key, incoming, max_messages, serialized, idempotency))
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from ..buffer import append as model_append
-from ..errors import InvalidInput, KeyConflict
+from ..errors import IdempotencyConflict, InvalidInput, KeyConflict
 from ..messages import HEALED_CONTENT, Message, canonical_messages
 from ..scopes import StorageKey
-from ..store import Store
+from ..store import Idempotency, Store
 
 __all__ = ["StoreContract", "fresh_key"]
 
@@ -326,3 +326,64 @@ class StoreContract:
                                 max_messages=None, lock_timeout=5.0).appended == 0
         finally:
             again.close()
+
+    # -- idempotency keys (exactly-once retries) -------------------------------------
+    @staticmethod
+    def _idem(name: str, fingerprint: str = "f1", now: float = 1e9,
+              ttl: float = 3600.0) -> Idempotency:
+        return Idempotency(f"{name}-{uuid.uuid4().hex}", fingerprint, ttl, now)
+
+    def test_idempotent_append_repeats_change_nothing(self, store: Store) -> None:
+        key = fresh_key()
+        idem = self._idem("a")
+        turn = canonical_messages([assistant("c1"), tool("c1")])
+        first = store.append(key, turn, max_messages=None, lock_timeout=5.0, idempotency=idem)
+        again = store.append(key, turn, max_messages=None, lock_timeout=5.0, idempotency=idem)
+        assert (first.count, first.appended, first.replayed) == (2, 2, False)
+        assert (again.count, again.appended, again.replayed) == (2, 2, True)
+        assert len(_messages(store, key)) == 2
+        other = Idempotency(idem.key, "f2", idem.ttl, idem.now)
+        with pytest.raises(IdempotencyConflict):
+            store.append(key, turn, max_messages=None, lock_timeout=5.0, idempotency=other)
+        assert len(_messages(store, key)) == 2
+
+    def test_idempotent_write_and_delete(self, store: Store) -> None:
+        key = fresh_key()
+        write = self._idem("w")
+        store.write(key, 1, idempotency=write)
+        store.write(key, 2)
+        store.write(key, 1, idempotency=write)  # a late retry of the first write: no effect
+        assert store.read(key) == (True, 2)
+        delete = self._idem("d")
+        assert store.delete(key, idempotency=delete) is True
+        store.write(key, 3)
+        assert store.delete(key, idempotency=delete) is True  # replayed: 3 stays
+        assert store.read(key) == (True, 3)
+
+    def test_idempotency_key_expires_after_its_ttl(self, store: Store) -> None:
+        key = fresh_key()
+        idem = self._idem("t", now=1000.0, ttl=10.0)
+        store.append(key, canonical_messages([user("a")]), max_messages=None,
+                     lock_timeout=5.0, idempotency=idem)
+        later = Idempotency(idem.key, "other", 10.0, 1011.0)  # expired: a fresh key
+        outcome = store.append(key, canonical_messages([user("b")]), max_messages=None,
+                               lock_timeout=5.0, idempotency=later)
+        assert (outcome.appended, outcome.replayed) == (1, False)
+
+    def test_idempotent_retries_from_threads_store_once(self, store: Store) -> None:
+        key = fresh_key()
+        idem = self._idem("r")
+        outcomes: list[Any] = []
+
+        def retry() -> None:
+            outcomes.append(store.append(key, canonical_messages([user("once")]),
+                                         max_messages=None, lock_timeout=5.0,
+                                         idempotency=idem))
+
+        threads = [threading.Thread(target=retry) for _ in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert len(_messages(store, key)) == 1
+        assert sorted(o.replayed for o in outcomes) == [False] + [True] * 5

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from ..messages import Message
 from ..scopes import StorageKey
-from ..store import AppendOutcome, AsyncStore, HistoryPage
+from ..store import AppendOutcome, AsyncStore, HistoryPage, Idempotency
 
 __all__ = ["BlockingStore", "LoopThread"]
 
@@ -74,16 +74,19 @@ class BlockingStore:
     def read(self, key: StorageKey) -> tuple[bool, Any]:
         return self._loop.run(self.async_store.read(key))
 
-    def write(self, key: StorageKey, value: Any) -> None:
-        self._loop.run(self.async_store.write(key, value))
+    def write(self, key: StorageKey, value: Any, *,
+              idempotency: Idempotency | None = None) -> None:
+        self._loop.run(self.async_store.write(key, value, idempotency=idempotency))
 
-    def delete(self, key: StorageKey) -> bool:
-        return self._loop.run(self.async_store.delete(key))
+    def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
+        return self._loop.run(self.async_store.delete(key, idempotency=idempotency))
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
-               max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+               max_messages: int | None, lock_timeout: float,
+               idempotency: Idempotency | None = None) -> AppendOutcome:
         return self._loop.run(self.async_store.append(
-            key, incoming, max_messages=max_messages, lock_timeout=lock_timeout))
+            key, incoming, max_messages=max_messages, lock_timeout=lock_timeout,
+            idempotency=idempotency))
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:
