@@ -103,10 +103,11 @@ class AsyncMemory(MemoryCore):
     async def append(self, scope: str, key: str, incoming: Message | Sequence[Message], *,
                      context: ExecutionContext | None,
                      max_messages: int | None = None,
-                     idempotency_key: str | None = None) -> ScopedAppendResult:
+                     idempotency_key: str | None = None,
+                     format: str = "canonical") -> ScopedAppendResult:
         """As :meth:`Memory.append`; ``await result.load_messages()`` reads the buffer."""
         return await self._run(self._append(scope, key, incoming, context, max_messages,
-                                                idempotency_key))
+                                                idempotency_key, format))
 
     async def history(self, scope: str, key: str, *, context: ExecutionContext | None,
                       last: int | None = None, before: int | None = None) -> HistoryResult:

@@ -23,8 +23,9 @@ from typing import Any, Final, TypeVar
 
 from .buffer import check_max_messages
 from .errors import InvalidInput, ScopeRefused
+from .formats import to_canonical
 from .ids import is_key_text
-from .messages import Message, canonical_message, canonical_messages, json_copy
+from .messages import Message, canonical_message, json_copy
 from .metrics import Metrics
 from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from .scopes import ExecutionContext, StorageKey, resolve_scope
@@ -177,8 +178,9 @@ class MemoryCore:
 
     def _append(self, scope: str, key: str, incoming: Message | Sequence[Message],
                 context: ExecutionContext | None, max_messages: int | None,
-                idempotency_key: str | None = None) -> Operation[ScopedAppendResult]:
-        canonical = canonical_messages(incoming)
+                idempotency_key: str | None = None,
+                format: str = "canonical") -> Operation[ScopedAppendResult]:
+        canonical = to_canonical(incoming, format)
         window = check_max_messages(max_messages)
         where = self._locate("append", scope, key, context)
         if where is None:

@@ -127,10 +127,15 @@ class Memory(MemoryCore):
     def append(self, scope: str, key: str, incoming: Message | Sequence[Message], *,
                context: ExecutionContext | None,
                max_messages: int | None = None,
-               idempotency_key: str | None = None) -> ScopedAppendResult:
+               idempotency_key: str | None = None,
+               format: str = "canonical") -> ScopedAppendResult:
         """Append to the conversation at (scope, key) with the full MEM-1..14 rules.
 
         ``messages`` on the result is read from the store when first accessed.
+        ``format`` names the dialect of ``incoming``: ``canonical`` (flowmem's
+        shape or flat OpenAI Chat), ``openai``, ``responses`` or ``anthropic``
+        (see :mod:`flowmem.formats`); the rules then apply by call id whatever
+        the dialect (MEM-11).
 
         ``idempotency_key`` makes a retry safe: the key is recorded in the same
         transaction as the append; a repeat with the same key and the same
@@ -140,7 +145,7 @@ class Memory(MemoryCore):
         least ``idempotency_ttl`` seconds (24 h by default) on every backend.
         """
         return self._run(self._append(scope, key, incoming, context, max_messages,
-                                          idempotency_key))
+                                          idempotency_key, format))
 
     def history(self, scope: str, key: str, *, context: ExecutionContext | None,
                 last: int | None = None, before: int | None = None) -> HistoryResult:
