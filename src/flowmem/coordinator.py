@@ -209,9 +209,10 @@ class MemoryCore:
         _check_cursor("before", before, low=-(2 ** 63))
         where = self._locate("history", scope, key, context)
         if where is None:
-            return HistoryResult(scope=scope, refused=True)
+            return HistoryResult(scope=scope, refused=True, total=0)
         page = yield StoreCall("history", (where,), {"last": last, "before": before})
-        return HistoryResult(page.messages, page.positions, page.before, scope, where.scope_id)
+        return HistoryResult(page.messages, page.positions, page.before, scope, where.scope_id,
+                             total=page.total)
 
     def _keys(self, scope: str, context: ExecutionContext | None, prefix: str,
               after: str | None, limit: int) -> Operation[list[str]]:

@@ -59,7 +59,11 @@ class DeleteResult:
 
 @dataclass(frozen=True, slots=True)
 class HistoryResult:
-    """A page of a conversation, oldest first; ``before`` pages further back."""
+    """A page of a conversation, oldest first; ``before`` pages further back.
+
+    ``total`` is the conversation's whole length (``None`` where the store
+    keeps no count).
+    """
 
     messages: list[Message] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
@@ -67,6 +71,7 @@ class HistoryResult:
     scope: str = ""
     resolved_scope_id: str = ""
     refused: bool = False
+    total: int | None = None
 
 
 def _not_loaded() -> NoReturn:

@@ -89,12 +89,15 @@ class HistoryPage:
 
     ``positions`` are the entries' stable positions (an entry keeps its
     position for life). ``before`` is the cursor for the next older page, or
-    ``None`` when nothing older remains.
+    ``None`` when nothing older remains. ``total`` is the whole
+    conversation's length, read from the buffer's own count (no scan);
+    ``None`` from a store that does not keep one.
     """
 
     messages: list[Message] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     before: int | None = None
+    total: int | None = None
 
 
 @runtime_checkable

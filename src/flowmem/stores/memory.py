@@ -120,10 +120,11 @@ class InMemoryStore:
         with self._mutex:
             buffer = self._buffer(key, create=False)
             if buffer is None:
-                return HistoryPage()
+                return HistoryPage(total=0)
             messages, positions = buffer.page(last=last, before=before)
             older = bool(positions) and buffer.page(last=1, before=positions[0])[1] != []
-            return HistoryPage(messages, positions, positions[0] if older else None)
+            return HistoryPage(messages, positions, positions[0] if older else None,
+                               len(buffer))
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
         with self._mutex:

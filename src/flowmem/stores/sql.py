@@ -229,10 +229,12 @@ class SQLConversations:
 
     def history(self, key: StorageKey, last: int | None,
                 before: int | None) -> Program[HistoryPage]:
-        buffer_id = yield from self.buffer_id(key)
-        if buffer_id is None:
-            return HistoryPage()
-        return (yield from self.page(buffer_id, last, before))
+        rows = yield ("SELECT id, count FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?",
+                      (key.scope, key.scope_id, key.key))
+        if not rows:
+            return HistoryPage(total=0)
+        page = yield from self.page(int(rows[0][0]), last, before)
+        return HistoryPage(page.messages, page.positions, page.before, int(rows[0][1]))
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> Program[bool]:
         buffer_id = yield from self.buffer_id(key, lock=True)
