@@ -32,6 +32,7 @@ from .errors import (
     ScopeRefused,
     StoreBusy,
     StoreError,
+    StoreReadOnly,
     StoreUnavailable,
     UnknownScope,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "Store",
     "StoreBusy",
     "StoreError",
+    "StoreReadOnly",
     "StoreUnavailable",
     "UnknownScope",
     "WriteResult",
