@@ -24,6 +24,21 @@ MEM-12: appends to one conversation are serialized by a per-key lock shared
 by threads and processes (:mod:`flowmem.stores.locks`), with a bounded wait;
 the unserialized fallback is still one ``BEGIN IMMEDIATE`` transaction, and
 the (buffer, result id) unique key makes a doubled result impossible.
+
+Opening: any number of threads and processes may open one database at once,
+new or existing. Creating the file, switching it to WAL and migrating run
+under the *setup* lock of the ``.lock`` file (one open at a time per
+database), and a "database is locked" answer is retried; only past
+``busy_timeout`` does an open raise :class:`~flowmem.errors.StoreBusy`.
+
+Faults (:mod:`flowmem.stores.sqlite_files`): a database flowmem creates is
+``0600``, with its ``-wal``, ``-shm`` and ``.lock``. Every transaction ends
+with one ``stat`` of the path: if the file was deleted or replaced while
+open, the operation raises :class:`~flowmem.errors.StoreUnavailable` — a
+write is never acknowledged into an unlinked file — and so does every later
+operation of this store (a new store opens whatever the path names then).
+Read-only (``?mode=ro``, or a file this process cannot write): reads and
+history work, writes raise :class:`~flowmem.errors.StoreReadOnly`.
 """
 
 from __future__ import annotations
@@ -41,7 +56,6 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..errors import (
     InvalidStoreURL,
-    SchemaError,
     StoreBusy,
     StoreError,
     StoreReadOnly,
@@ -54,10 +68,17 @@ from ..store import AppendOutcome, HistoryPage
 from .locks import KeyLocks, key_locks
 from .sql import SQLConversations, decode, encode
 from .sqlite_files import DatabaseFiles, FileIdentity
+from .sqlite_schema import (
+    MIGRATIONS,
+    MIN_SQLITE_VERSION,
+    check_library,
+    check_version,
+    migrate,
+    user_version,
+)
 
 __all__ = ["MIGRATIONS", "MIN_SQLITE_VERSION", "SQLiteStore"]
 
-MIN_SQLITE_VERSION: Final = (3, 35, 0)  # UPSERT on a partial index + RETURNING
 SYNCHRONOUS: Final = ("full", "normal", "off")
 MODES: Final = ("rwc", "rw", "ro")
 _SQLITE_BUSY: Final = 5
@@ -65,52 +86,6 @@ _SQLITE_LOCKED: Final = 6
 _SQLITE_READONLY: Final = 8
 _T = TypeVar("_T")
 logger = logging.getLogger("flowmem")
-
-MIGRATIONS: Final[tuple[str, ...]] = (
-    """
-    CREATE TABLE kv (
-        scope TEXT NOT NULL, scope_id TEXT NOT NULL, key TEXT NOT NULL,
-        value TEXT NOT NULL,
-        PRIMARY KEY (scope, scope_id, key)
-    ) WITHOUT ROWID;
-    CREATE TABLE buffers (
-        id INTEGER PRIMARY KEY,
-        scope TEXT NOT NULL, scope_id TEXT NOT NULL, key TEXT NOT NULL,
-        count INTEGER NOT NULL DEFAULT 0,
-        next_pos INTEGER NOT NULL DEFAULT 0,
-        UNIQUE (scope, scope_id, key)
-    );
-    CREATE TABLE messages (
-        buffer_id INTEGER NOT NULL,
-        pos INTEGER NOT NULL,
-        role TEXT NOT NULL,
-        result_id TEXT,
-        healed INTEGER NOT NULL DEFAULT 0,
-        body TEXT NOT NULL,
-        UNIQUE (buffer_id, pos)
-    );
-    CREATE UNIQUE INDEX messages_result ON messages (buffer_id, result_id)
-        WHERE result_id IS NOT NULL;
-    CREATE TABLE calls (
-        buffer_id INTEGER NOT NULL, call_id TEXT NOT NULL,
-        turn_pos INTEGER NOT NULL, ord INTEGER NOT NULL,
-        PRIMARY KEY (buffer_id, call_id, turn_pos)
-    ) WITHOUT ROWID;
-    CREATE INDEX calls_turn ON calls (buffer_id, turn_pos);
-    CREATE TABLE pending (
-        buffer_id INTEGER NOT NULL, call_id TEXT NOT NULL,
-        turn_pos INTEGER NOT NULL, ord INTEGER NOT NULL,
-        PRIMARY KEY (buffer_id, call_id)
-    ) WITHOUT ROWID;
-    """,
-)
-"""Schema migrations; ``PRAGMA user_version`` is the number applied."""
-
-
-def _check_library() -> None:
-    if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
-        wanted = ".".join(map(str, MIN_SQLITE_VERSION))
-        raise StoreError(f"SQLite {sqlite3.sqlite_version} is too old; flowmem needs {wanted}+")
 
 
 class SQLiteStore:
@@ -124,7 +99,7 @@ class SQLiteStore:
 
     def __init__(self, path: str, *, synchronous: str = "full",
                  busy_timeout: float = 30.0, mode: str = "rwc") -> None:
-        _check_library()
+        check_library()
         if synchronous not in SYNCHRONOUS:
             raise InvalidStoreURL(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
         if mode not in MODES:
@@ -162,7 +137,7 @@ class SQLiteStore:
                 raise StoreUnavailable(f"{self.path} does not exist (mode=rw never creates it)")
             conn = self._retrying(self._connect)
             self._adopt(conn)
-            self._retrying(lambda: self._migrate(conn))
+            self._retrying(lambda: migrate(conn, self.path))
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteStore:
@@ -190,13 +165,8 @@ class SQLiteStore:
         if not self._files.exists():
             raise StoreUnavailable(f"{self.path} does not exist (a read-only store never "
                                    f"creates it)")
-        version = self._retrying(lambda: self._user_version(self._connection()))
-        if version != len(MIGRATIONS):
-            raise SchemaError(f"{self.path} has schema version {version}; this flowmem needs "
-                              f"{len(MIGRATIONS)}: open it once read-write to migrate it"
-                              if version < len(MIGRATIONS) else
-                              f"{self.path} has schema version {version}; this flowmem "
-                              f"knows {len(MIGRATIONS)} — upgrade flowmem")
+        version = self._retrying(lambda: user_version(self._connection()))
+        check_version(version, self.path, read_only=True)
 
     def _retrying(self, action: Callable[[], _T]) -> _T:
         """``action``, again while SQLite answers busy, for at most ``busy_timeout``.
@@ -277,10 +247,10 @@ class SQLiteStore:
         if self._gone is None and self._files.identity() == self._identity:
             return
         if self._gone is None:
-            self._gone = (f"the database file {self.path} was deleted or replaced while open; "
-                          f"this store refuses every operation from now on (open a new store "
-                          f"to use the file now at that path; nothing since this error was "
-                          f"stored)")
+            self._gone = (f"the database file {self.path} was deleted or replaced while open: "
+                          f"this operation is not in the database at that path, and this store "
+                          f"refuses every operation from now on (a new store opens whatever "
+                          f"the path names)")
             logger.error("flowmem: %s", self._gone)
         raise StoreUnavailable(self._gone)
 
@@ -322,32 +292,6 @@ class SQLiteStore:
                 raise _mapped(exc, self.path) from exc
             raise
         self._check_file()
-
-    @staticmethod
-    def _user_version(conn: sqlite3.Connection) -> int:
-        return int(conn.execute("PRAGMA user_version").fetchone()[0])
-
-    def _migrate(self, conn: sqlite3.Connection) -> None:
-        """Bring the schema up to date (under the setup lock, so once per database)."""
-        version = self._user_version(conn)
-        if version == len(MIGRATIONS):
-            return
-        if version > len(MIGRATIONS):
-            raise SchemaError(f"{self.path} has schema version {version}; this flowmem "
-                              f"knows {len(MIGRATIONS)} — upgrade flowmem")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            version = self._user_version(conn)  # another program may have migrated it
-            for number in range(version, len(MIGRATIONS)):
-                for statement in MIGRATIONS[number].split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
 
     # -- the Store protocol ------------------------------------------------------
     def read(self, key: StorageKey) -> tuple[bool, Any]:
