@@ -29,8 +29,18 @@ from pathlib import Path
 
 import pytest
 
-from contention import ack_writer, audit, batch_expected, open_at_once, read_acks
-from flowmem import ExecutionContext, Memory, StorageKey, StoreUnavailable
+from contention import (
+    CONTEXT,
+    KEY,
+    SCOPE,
+    ack_writer,
+    audit,
+    batch_expected,
+    hold_lock,
+    open_at_once,
+    read_acks,
+)
+from flowmem import ExecutionContext, Memory, StorageKey, StoreUnavailable, resolve_scope
 from flowmem.stores.sqlite import SQLiteStore
 
 WRITERS_CONTEXT = ExecutionContext(session_id="deleted")
@@ -194,3 +204,29 @@ def test_main_file_deleted_a_new_open_refuses_the_leftovers(tmp_path: Path) -> N
     fresh = SQLiteStore(str(db))  # the leftovers removed: a new, empty database
     assert fresh.read(key) == (False, None)
     fresh.close()
+
+
+def test_all_files_deleted_a_new_store_in_the_same_process_locks_the_new_lock_file(
+        tmp_path: Path) -> None:
+    db = tmp_path / "relocked.db"
+    url = f"sqlite:///{db}"
+    old = SQLiteStore(str(db))
+    old.write(StorageKey("global", "", "k"), 1)
+    for suffix in ("", "-wal", "-shm", ".lock"):  # rm relocked.db*
+        os.unlink(f"{db}{suffix}")
+    fresh = SQLiteStore(str(db))
+    ctx = mp.get_context("spawn")
+    held, release, had = ctx.Event(), ctx.Event(), ctx.Value("i", -1)
+    holder = ctx.Process(target=hold_lock, args=(url, held, release, had))
+    holder.start()
+    try:
+        assert held.wait(60) and had.value == 1
+        key = StorageKey(SCOPE, resolve_scope(SCOPE, CONTEXT), KEY)
+        with fresh.lock(key, 0.05) as got:  # MEM-12: the other process holds it
+            assert got is False
+    finally:
+        release.set()
+        holder.join(30)
+        fresh.close()
+        old.close()
+    assert holder.exitcode == 0

@@ -57,6 +57,17 @@ class KeyLocks:
         if path is not None and fcntl is not None:
             self._fd = _open_lock_file(path)
 
+    def names(self, path: str) -> bool:
+        """Whether ``path`` still names the lock file this object has open."""
+        if self._fd is None:
+            return True
+        try:
+            now = os.stat(path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(self._fd)
+        return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
+
     def _thread_lock(self, stripe: int) -> threading.Lock:
         lock = self._threads.get(stripe)  # a dict read is atomic; create under the guard
         if lock is None:
@@ -156,10 +167,15 @@ os.register_at_fork(after_in_child=_fresh_thread_locks_in_child)
 
 
 def key_locks(path: str) -> KeyLocks:
-    """The process-wide :class:`KeyLocks` of one lock file (see the module notes)."""
+    """The process-wide :class:`KeyLocks` of one lock file (see the module notes).
+
+    If the lock file was deleted or replaced since this process opened it
+    (``rm x.db*``), a new one is opened: the old descriptor stays open (closing
+    it would drop the locks still held through it) but is no longer handed out.
+    """
     real = os.path.realpath(path)
     with _registry_guard:
         locks = _registry.get(real)
-        if locks is None:
+        if locks is None or not locks.names(real):
             locks = _registry[real] = KeyLocks(real)
         return locks
