@@ -25,6 +25,8 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -97,7 +99,21 @@ def _mark(paths: list[str]) -> None:
         os.close(fd)
 
 
-def test_database_deleted_under_two_writers_every_later_append_raises(tmp_path: Path) -> None:
+@dataclass
+class Deletion:
+    acknowledged: int
+    stored_turns: int
+    lost: int
+    duplicates_torn_reordered: int
+    started_after: int
+    raised_after: int
+    acknowledged_after: int
+    errors: dict[str, int]
+    new_database: list[str]
+
+
+def _delete_under_two_writers(tmp_path: Path) -> Deletion:
+    """2 writer processes append; ``rm x.db x.db-wal x.db-shm``; a new process opens it."""
     db = tmp_path / "deleted.db"
     url = f"sqlite:///{db}?synchronous=normal"
     SQLiteStore(str(db)).close()
@@ -133,7 +149,6 @@ def test_database_deleted_under_two_writers_every_later_append_raises(tmp_path: 
         for proc in procs:
             proc.join(60)
     assert [proc.exitcode for proc in procs] == [0, 0]
-
     os.rename(tmp_path / "kept.db", tmp_path / "counted.db")
     os.rename(tmp_path / "kept.db-wal", tmp_path / "counted.db-wal")
     with Memory.from_url(f"sqlite:///{tmp_path / 'counted.db'}") as counted:
@@ -143,19 +158,44 @@ def test_database_deleted_under_two_writers_every_later_append_raises(tmp_path: 
     result = audit(stored, batch_expected(acked))
     started_after = set().union(*(a.started_after_mark for a in acks))
     failed_after = set().union(*(a.failed_after_mark for a in acks))
-    errors = sum((a.errors for a in acks), start=type(acks[0].errors)())
-    print(f"\ndatabase deleted under 2 writers: acknowledged {len(acked)}, stored "
-          f"{result.turns} turns in the deleted file, acknowledged and lost {result.lost}; "
-          f"after the deletion {len(started_after)} appends started, "
-          f"{len(started_after & failed_after)} raised, "
-          f"{len(started_after - failed_after)} acknowledged; errors {dict(errors)}; "
-          f"the new database holds {len(fresh_after)} message(s)")
-    assert result.lost == 0
-    assert (result.duplicates, result.torn, result.order_violations) == (0, 0, 0)
-    assert len(started_after) >= 80
-    assert started_after <= failed_after  # every later append raised
-    assert set(errors) == {"StoreUnavailable"}
-    assert [m["content"] for m in fresh_after] == ["new"]
+    errors: Counter[str] = Counter()
+    for log in acks:
+        errors.update(log.errors)
+    return Deletion(len(acked), result.turns, result.lost,
+                    result.duplicates + result.torn + result.order_violations,
+                    len(started_after), len(started_after & failed_after),
+                    len(started_after - failed_after), dict(errors),
+                    [m["content"] for m in fresh_after])
+
+
+def _check_deletion(found: Deletion) -> None:
+    assert found.lost == 0  # acknowledged and lost
+    assert found.duplicates_torn_reordered == 0
+    assert found.started_after >= 80
+    assert found.raised_after == found.started_after  # every later append raised
+    assert found.acknowledged_after == 0
+    assert set(found.errors) == {"StoreUnavailable"}
+    assert found.new_database == ["new"]
+
+
+def test_database_deleted_under_two_writers_every_later_append_raises(tmp_path: Path) -> None:
+    found = _delete_under_two_writers(tmp_path)
+    print(f"\ndatabase deleted under 2 writers: {found}")
+    _check_deletion(found)
+
+
+@pytest.mark.slow
+def test_database_deleted_under_two_writers_ten_times(tmp_path: Path) -> None:
+    rounds = [_delete_under_two_writers(tmp_path / str(n)) for n in range(10)
+              if not (tmp_path / str(n)).mkdir()]
+    print(f"\ndatabase deleted under 2 writers, 10 times: acknowledged "
+          f"{sum(r.acknowledged for r in rounds)}, stored {sum(r.stored_turns for r in rounds)}, "
+          f"lost {sum(r.lost for r in rounds)}; after the deletion "
+          f"{sum(r.started_after for r in rounds)} started, "
+          f"{sum(r.raised_after for r in rounds)} raised, "
+          f"{sum(r.acknowledged_after for r in rounds)} acknowledged")
+    for found in rounds:
+        _check_deletion(found)
 
 
 def _user(text: str) -> list[dict[str, str]]:
