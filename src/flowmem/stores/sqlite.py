@@ -119,6 +119,8 @@ class SQLiteStore:
         if not os.path.isdir(directory):
             raise StoreError(f"cannot open {self.path}: directory {directory} does not exist")
         self._real_path = os.path.realpath(self.path)
+        # decided once: every connection of the store sees the file the same way
+        self._uri = self._files.uri(read_only=self.read_only)
         if self.read_only:
             self._locks = KeyLocks()  # nothing is written: thread locks suffice
             self._open_read_only()
@@ -199,7 +201,7 @@ class SQLiteStore:
         if self._gone is not None:
             raise StoreUnavailable(self._gone)
         if self.read_only:
-            conn = self._connect()
+            conn = self._retrying(self._connect)
         else:
             with self._locks.setup(self.busy_timeout) as had:
                 if not had:
@@ -216,9 +218,8 @@ class SQLiteStore:
             self._connections.append(conn)
 
     def _connect(self) -> sqlite3.Connection:
-        uri = self._files.uri(read_only=self.read_only)
         try:
-            conn = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout,
+            conn = sqlite3.connect(self._uri, uri=True, timeout=self.busy_timeout,
                                    isolation_level=None, check_same_thread=False)
         except sqlite3.OperationalError:
             if not self._files.exists():
