@@ -24,7 +24,14 @@ from typing import Any
 
 import pytest
 
-from flowmem import ExecutionContext, Memory, StorageKey, StoreReadOnly, StoreUnavailable
+from flowmem import (
+    ExecutionContext,
+    InvalidStoreURL,
+    Memory,
+    StorageKey,
+    StoreReadOnly,
+    StoreUnavailable,
+)
 from flowmem.stores.sqlite import SQLiteStore
 
 CONTEXT = ExecutionContext(session_id="s")
@@ -107,6 +114,18 @@ def test_read_only_open_of_a_missing_database_creates_nothing(tmp_path: Path) ->
     assert list(tmp_path.iterdir()) == []
 
 
+def test_mode_rw_never_creates_and_an_unknown_mode_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreUnavailable, match="never creates"):
+        Memory.from_url(f"sqlite:///{tmp_path / 'absent.db'}?mode=rw")
+    with pytest.raises(InvalidStoreURL, match="mode"):
+        Memory.from_url(f"sqlite:///{tmp_path / 'absent.db'}?mode=rwx")
+    assert list(tmp_path.iterdir()) == []
+    _filled(tmp_path)
+    with Memory.from_url(f"sqlite:///{tmp_path / 'ro.db'}?mode=rw") as memory:
+        memory.write("session", "k", 2, context=CONTEXT)
+        assert memory.read("session", "k", context=CONTEXT).value == 2
+
+
 def _unwritable_scenario(directory: str) -> dict[str, Any]:
     """Runs as an unprivileged user: the owner makes a database, chmods it 444, reads it."""
     url = f"sqlite:///{directory}/ro.db"
@@ -184,3 +203,34 @@ def test_unwritable_file_opens_read_only_and_leaves_no_files_behind() -> None:
           f" {out}")
     assert out == {"read_only": True, "read": "v", "history": 2, "write": "StoreReadOnly",
                    "files_added": [], "rewritten": "w", "writer_read_only": False}
+
+
+def _stale_shm_scenario(directory: str) -> dict[str, Any]:
+    """A ``-shm`` left at 0444 by a read-only open of another program (or an older flowmem)."""
+    import sqlite3
+
+    db = f"{directory}/stale.db"
+    with Memory.from_url(f"sqlite:///{db}") as memory:
+        memory.write("session", "k", "v", context=CONTEXT)
+    os.chmod(db, 0o444)
+    plain = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    plain.execute("SELECT count(*) FROM kv").fetchone()
+    plain.close()  # leaves stale.db-wal and stale.db-shm at 0444
+    os.chmod(db, 0o644)
+    out: dict[str, Any] = {"shm_mode": oct(_mode(f"{db}-shm"))}
+    try:
+        with Memory.from_url(f"sqlite:///{db}") as memory:
+            memory.write("session", "k", "w", context=CONTEXT)
+        out["error"] = None
+    except Exception as exc:
+        out["error"] = type(exc).__name__
+        out["hint"] = "delete it while no process has the database open" in str(exc)
+    return out
+
+
+def test_a_stale_read_only_shm_is_named_in_the_error() -> None:
+    out = _unprivileged(_stale_shm_scenario)
+    if "skip" in out:
+        pytest.skip(out["skip"])
+    print(f"\nstale 0444 -shm: {out}")
+    assert out == {"shm_mode": "0o444", "error": "StoreReadOnly", "hint": True}

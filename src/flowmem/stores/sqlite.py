@@ -125,6 +125,8 @@ class SQLiteStore:
             self._locks = KeyLocks()  # nothing is written: thread locks suffice
             self._open_read_only()
             return
+        if mode == "rw" and not self._files.exists():  # before the lock file is made
+            raise StoreUnavailable(f"{self.path} does not exist (mode=rw never creates it)")
         try:
             self._locks = key_locks(self._files.lock)
         except OSError as exc:
@@ -408,5 +410,9 @@ def _mapped(exc: sqlite3.Error, path: str) -> StoreError:
     if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
         return StoreBusy(f"SQLite database {path} stayed locked: {text}")
     if _primary_code(exc) == _SQLITE_READONLY:
-        return StoreReadOnly(f"SQLite database {path} cannot be written: {text}")
+        shm = path + "-shm"
+        hint = (f" ({shm} is not writable, perhaps left by a read-only open: delete it "
+                f"while no process has the database open)"
+                if os.path.exists(shm) and not os.access(shm, os.W_OK) else "")
+        return StoreReadOnly(f"SQLite database {path} cannot be written: {text}{hint}")
     return StoreError(f"SQLite error on {path}: {text}")
