@@ -104,7 +104,8 @@ class DatabaseFiles:
         except OSError as exc:
             raise StoreError(f"cannot create {self.path}: {exc}") from exc
         try:
-            os.fchmod(fd, OWNER_ONLY)  # the umask may have taken bits away; never adds any
+            if hasattr(os, "fchmod"):  # POSIX: the umask may have taken bits away
+                os.fchmod(fd, OWNER_ONLY)
         finally:
             # closing a descriptor drops the process's POSIX locks on the file, but
             # this file is new: no connection can hold one on it yet
