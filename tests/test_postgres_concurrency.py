@@ -4,7 +4,7 @@ MEM-1 (re-fired results stored once), MEM-2 (no doubled turn), MEM-12 (appends
 to one conversation serialized across threads AND processes, bounded wait,
 unserialized fallback that still loses nothing) and MEM-14 (appended counts).
 Each test prints its figures (``pytest -s`` shows them). Writer processes are
-started with ``spawn``; they live in ``postgres_support``.
+started with ``spawn``; they and the audit are every backend's (``contention``).
 """
 
 from __future__ import annotations
@@ -16,26 +16,30 @@ import random
 import signal
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from backends import unavailable
+from contention import (
+    CONTEXT,
+    KEY,
+    SCOPE,
+    WriterStats,
+    ack_writer,
+    audit,
+    batch,
+    batch_expected,
+    batch_process,
+    read_acks,
+    standard_expected,
+)
 from flowmem import ExecutionContext
 from flowmem.memory import Memory, ScopedAppendResult
 from flowmem.scopes import StorageKey
 from flowmem.stores import open_store
-from postgres_support import (
-    acknowledged,
-    contention_process,
-    figures,
-    memory_writer,
-    throwaway_schema,
-    turn,
-    unique_session,
-)
+from postgres_support import throwaway_schema, unique_session, with_options
 
 REASON = unavailable("postgres")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -64,31 +68,35 @@ def _messages(url: str, key: StorageKey) -> list[dict[str, object]]:
 def test_mem12_mem1_cross_process_contention_on_one_buffer(url: str) -> None:
     """4 processes x 4 threads x 200 appends to ONE buffer, re-fired results included."""
     ctx = mp.get_context("spawn")
-    key = ("workflow", f"t-{uuid.uuid4().hex}", "hot")
+    pooled = with_options(url, pool_max=THREADS, pool_min=THREADS)
     barrier = ctx.Barrier(PROCESSES)
     results = ctx.Queue()
-    procs = [ctx.Process(target=contention_process,
-                         args=(url, key, p, THREADS, PER_THREAD, barrier, results))
+    procs = [ctx.Process(target=batch_process,
+                         args=(pooled, f"p{p}", THREADS, PER_THREAD, barrier, results))
              for p in range(PROCESSES)]
     for proc in procs:
         proc.start()
-    reports = [results.get(timeout=180) for _ in procs]
+    reports: list[WriterStats] = [results.get(timeout=180) for _ in procs]
     for proc in procs:
         proc.join(30)
         assert proc.exitcode == 0
-    expected = [f"p{p}t{t}:{i}" for p in range(PROCESSES) for t in range(THREADS)
-                for i in range(PER_THREAD)]
-    stored = _messages(url, StorageKey(*key))
-    found = figures(stored, expected)
-    elapsed = max(seconds for _, seconds, _ in reports)
-    fallbacks = sum(count for _, _, count in reports)
+    writers = [f"p{p}t{t}" for p in range(PROCESSES) for t in range(THREADS)]
+    with Memory.from_url(url) as memory:
+        stored = memory.read(SCOPE, KEY, context=CONTEXT).value
+    found = audit(stored, standard_expected(writers, PER_THREAD))
+    elapsed = max(report.seconds for report in reports)
+    appends = sum(report.appends for report in reports)
+    fallbacks = sum(report.fallbacks for report in reports)
+    errors = [e for report in reports for e in report.errors]
     print(f"\nMEM-12 contention, {PROCESSES} processes x {THREADS} threads x {PER_THREAD} "
-          f"appends on one buffer: {len(expected)} appends in {elapsed:.2f}s "
-          f"({len(expected) / elapsed:.0f}/s), {len(stored)} messages, {found.line()}, "
-          f"unserialized fallbacks {fallbacks}")
-    assert len(stored) == 2 * len(expected)
-    assert (found.lost, found.duplicates, found.torn, found.order_violations, found.healed) \
-        == (0, 0, 0, 0, 0)
+          f"appends on one buffer: {appends} appends in {elapsed:.2f}s "
+          f"({appends / elapsed:.0f}/s), {found.line()}, "
+          f"unserialized fallbacks {fallbacks}, errors {len(errors)}")
+    assert errors == []
+    assert appends == PROCESSES * THREADS * PER_THREAD
+    assert found.stored == found.expected
+    assert (found.lost, found.duplicates, found.torn, found.order_violations,
+            found.placeholders) == (0, 0, 0, 0, 0)
 
 
 def test_mem12_two_memory_processes_share_conversations(url: str) -> None:
@@ -96,7 +104,7 @@ def test_mem12_two_memory_processes_share_conversations(url: str) -> None:
     ctx = mp.get_context("spawn")
     session, keys, threads, per_thread = unique_session(), ["a", "b", "c"], 2, 150
     events = [ctx.Event() for _ in range(4)]  # kept alive until the children have them
-    procs = [ctx.Process(target=memory_writer,
+    procs = [ctx.Process(target=ack_writer,
                          args=(url, name, keys, session, threads, per_thread, None,
                                events[2 * n], events[2 * n + 1]))
              for n, name in enumerate(("A", "B"))]
@@ -109,14 +117,15 @@ def test_mem12_two_memory_processes_share_conversations(url: str) -> None:
     elapsed = time.perf_counter() - began
     totals = {"lost": 0, "duplicates": 0, "torn": 0, "order": 0, "stored": 0}
     for index, key in enumerate(keys):
-        expected = [f"{name}t{t}:{i}" for name in ("A", "B") for t in range(threads)
-                    for i in range(per_thread) if i % len(keys) == index]
-        found = figures(_messages(url, StorageKey("session", session, key)), expected)
+        expected = {f"{name}t{t}:{i}" for name in ("A", "B") for t in range(threads)
+                    for i in range(per_thread) if i % len(keys) == index}
+        found = audit(_messages(url, StorageKey("session", session, key)),
+                      batch_expected(expected))
         totals["lost"] += found.lost
         totals["duplicates"] += found.duplicates
         totals["torn"] += found.torn
         totals["order"] += found.order_violations
-        totals["stored"] += found.stored_turns
+        totals["stored"] += found.turns
     print(f"\nMEM-12 two Memory processes x {threads} threads x {per_thread} appends over "
           f"{len(keys)} conversations in {elapsed:.2f}s (spawn included): {totals}")
     assert totals == {"lost": 0, "duplicates": 0, "torn": 0, "order": 0,
@@ -131,7 +140,7 @@ def test_mem12_kill_9_writer_mid_append_loses_no_acknowledged_turn(url: str,
     rng = random.Random()
     stop = ctx.Event()
     ready_a = ctx.Event()
-    steady = ctx.Process(target=memory_writer,
+    steady = ctx.Process(target=ack_writer,
                          args=(url, "A", keys, session, 2, None, str(tmp_path / "A.acks"),
                                ready_a, stop))
     steady.start()
@@ -141,7 +150,7 @@ def test_mem12_kill_9_writer_mid_append_loses_no_acknowledged_turn(url: str,
     for cycle in range(cycles):
         ready, never = ctx.Event(), ctx.Event()
         path = str(tmp_path / f"B{cycle}.acks")
-        victim = ctx.Process(target=memory_writer,
+        victim = ctx.Process(target=ack_writer,
                              args=(url, f"B{cycle}", keys, session, 2, None, path, ready,
                                    never))
         victim.start()
@@ -151,7 +160,7 @@ def test_mem12_kill_9_writer_mid_append_loses_no_acknowledged_turn(url: str,
         os.kill(victim.pid, signal.SIGKILL)
         victim.join(30)
         assert victim.exitcode == -signal.SIGKILL
-        in_flight_kills += acknowledged(path)[1] > 0
+        in_flight_kills += read_acks(path).in_flight > 0
         killed_files.append(path)
     time.sleep(0.3)  # A goes on appending after the last kill
     stop.set()
@@ -161,10 +170,11 @@ def test_mem12_kill_9_writer_mid_append_loses_no_acknowledged_turn(url: str,
     for key in keys:
         acked: set[str] = set()
         for path in [str(tmp_path / "A.acks"), *killed_files]:
-            acked |= acknowledged(path)[0].get(key, set())
-        found = figures(_messages(url, StorageKey("session", session, key)), acked)
+            acked |= read_acks(path).acked.get(key, set())
+        found = audit(_messages(url, StorageKey("session", session, key)),
+                      batch_expected(acked))
         acked_total += len(acked)
-        stored_total += found.stored_turns
+        stored_total += found.turns
         lost, duplicates = lost + found.lost, duplicates + found.duplicates
         torn, order = torn + found.torn, order + found.order_violations
     print(f"\nMEM-12 kill -9: {cycles} kills ({in_flight_kills} with an append in flight), "
@@ -172,6 +182,7 @@ def test_mem12_kill_9_writer_mid_append_loses_no_acknowledged_turn(url: str,
           f"lost {lost}, duplicates {duplicates}, torn {torn}, order violations {order}")
     assert (lost, duplicates, torn, order) == (0, 0, 0, 0)
     assert acked_total > 0 and stored_total >= acked_total
+    assert read_acks(str(tmp_path / "A.acks")).errors == {}
 
 
 def test_mem12_forced_lock_timeout_warns_once_per_fallback_and_loses_nothing(
@@ -189,7 +200,7 @@ def test_mem12_forced_lock_timeout_warns_once_per_fallback_and_loses_nothing(
     def phase(tag: str) -> float:
         def writer(t: int) -> None:
             for i in range(per_phase):
-                result = memory.append("session", "conv", turn(f"{tag}{t}", i),
+                result = memory.append("session", "conv", batch(f"{tag}{t}", i),
                                        context=context)
                 with guard:
                     outcomes.append(result)
@@ -214,11 +225,11 @@ def test_mem12_forced_lock_timeout_warns_once_per_fallback_and_loses_nothing(
         warnings = [r for r in caplog.records
                     if r.name == "flowmem" and "MEM-12" in r.getMessage()]
         fallbacks = sum(not outcome.serialized for outcome in outcomes)
-        expected = [f"{tag}{t}:{i}" for tag in ("held", "free") for t in range(threads)
-                    for i in range(per_phase)]
+        expected = {f"{tag}{t}:{i}" for tag in ("held", "free") for t in range(threads)
+                    for i in range(per_phase)}
         found, value = store.read(where)
         assert found
-        result = figures(value, expected)
+        result = audit(value, batch_expected(expected))
         print(f"\nMEM-12 forced lock timeout (0.1 s) while the lock is held: "
               f"{len(outcomes)} appends, {fallbacks} fallbacks, {len(warnings)} warnings, "
               f"held phase {held_for:.2f}s, free phase {free_for:.2f}s, {result.line()}")

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from backends import POSTGRES_URL, unavailable
+from contention import open_at_once
 from flowmem.errors import (
     InvalidStoreURL,
     MissingDependency,
@@ -33,7 +34,7 @@ from flowmem.scopes import StorageKey
 from flowmem.store import Store
 from flowmem.stores import open_store
 from flowmem.testing import fresh_key
-from postgres_support import admin, open_at_once, throwaway_schema, with_options
+from postgres_support import admin, throwaway_schema, with_options
 
 REASON = unavailable("postgres")
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
@@ -111,7 +112,7 @@ def test_migrations_run_once_when_many_processes_start_at_once() -> None:
     ctx = mp.get_context("spawn")
     with throwaway_schema("race") as (url, name):
         barrier, results = ctx.Barrier(3), ctx.Queue()
-        procs = [ctx.Process(target=open_at_once, args=(url, 3, barrier, results))
+        procs = [ctx.Process(target=open_at_once, args=([url], 3, barrier, results))
                  for _ in range(3)]
         for proc in procs:
             proc.start()

@@ -20,21 +20,19 @@ from typing import Any
 import pytest
 
 from backends import unavailable
-from flowmem import Memory, StorageKey, append, canonical_message, resolve_scope
-from flowmem.stores import open_store
-from redis_support import (
+from contention import (
     CONTEXT,
     KEY,
     SCOPE,
-    Stats,
+    WriterStats,
     audit,
-    batch,
-    drop_prefix,
-    expected_entries,
-    process_writer,
-    session_prefix,
-    url_with,
+    batch_process,
+    standard_batch,
+    standard_expected,
 )
+from flowmem import Memory, StorageKey, append, canonical_message, resolve_scope
+from flowmem.stores import open_store
+from redis_support import drop_prefix, session_prefix, url_with
 
 pytestmark = pytest.mark.skipif(unavailable("redis") is not None,
                                 reason=unavailable("redis") or "")
@@ -58,13 +56,13 @@ def test_mem12_mem1_four_processes_four_threads_one_buffer(prefix: str) -> None:
     spawn = multiprocessing.get_context("spawn")
     barrier = spawn.Barrier(PROCESSES)
     queue = spawn.Queue()
-    procs = [spawn.Process(target=process_writer,
+    procs = [spawn.Process(target=batch_process,
                            args=(url, f"p{p}", THREADS, APPENDS, barrier, queue))
              for p in range(PROCESSES)]
     started = time.perf_counter()
     for proc in procs:
         proc.start()
-    stats: list[Stats] = [queue.get(timeout=120) for _ in procs]
+    stats: list[WriterStats] = [queue.get(timeout=120) for _ in procs]
     for proc in procs:
         proc.join(timeout=30)
     seconds = time.perf_counter() - started
@@ -73,7 +71,8 @@ def test_mem12_mem1_four_processes_four_threads_one_buffer(prefix: str) -> None:
     writers = [f"p{p}t{t}" for p in range(PROCESSES) for t in range(THREADS)]
     with Memory.from_url(url) as memory:
         messages = memory.read(SCOPE, KEY, context=CONTEXT).value
-    result = audit(messages, writers, APPENDS)
+    expected = standard_expected(writers, APPENDS)
+    result = audit(messages, expected)
     appends = sum(s.appends for s in stats)
     appended = sum(s.appended for s in stats)
     errors = [e for s in stats for e in s.errors]
@@ -86,9 +85,8 @@ def test_mem12_mem1_four_processes_four_threads_one_buffer(prefix: str) -> None:
     assert result.lost == 0
     assert result.duplicates == 0
     assert result.order_violations == 0
-    assert result.split_pairs == 0  # each append landed whole and contiguous
-    assert result.stored == result.expected == sum(
-        len(expected_entries(w, APPENDS)) for w in writers)
+    assert result.torn == 0  # each append landed whole and contiguous
+    assert result.stored == result.expected == sum(len(v) for v in expected.values())
     assert appended == result.expected  # every re-fired result was dropped (MEM-1)
     assert not any(m.get("metadata", {}).get("healed") for m in messages)
 
@@ -99,14 +97,15 @@ def test_mem12_held_lock_fallback_warnings_equal_fallbacks_lost_none(
     key_name = "forced"
     where = StorageKey(SCOPE, resolve_scope(SCOPE, CONTEXT), key_name)
     with Memory.from_url(url_with(prefix), lock_timeout=0.1) as memory:
-        stats: dict[str, Stats] = {}
+        stats: dict[str, WriterStats] = {}
         durations: list[float] = []
 
         def writer(name: str, rounds: range) -> None:
-            s = stats.setdefault(name, Stats())
+            s = stats.setdefault(name, WriterStats(name))
             for i in rounds:
                 began = time.perf_counter()
-                result = memory.append(SCOPE, key_name, batch(name, i), context=CONTEXT)
+                result = memory.append(SCOPE, key_name, standard_batch(name, i),
+                                       context=CONTEXT)
                 durations.append(time.perf_counter() - began)
                 s.appends += 1
                 s.appended += result.appended
@@ -129,7 +128,7 @@ def test_mem12_held_lock_fallback_warnings_equal_fallbacks_lost_none(
 
     fallbacks = sum(s.fallbacks for s in stats.values())
     warnings = _mem12_warnings(caplog.records)
-    result = audit(messages, list(stats), 10)
+    result = audit(messages, standard_expected(list(stats), 10))
     print(f"\nMEM-12 Redis forced hold: appends {sum(s.appends for s in stats.values())}, "
           f"fallbacks {fallbacks}, warnings {warnings}, slowest held append "
           f"{max(held_durations):.3f}s; {result.line()}")

@@ -16,18 +16,19 @@ import sqlite3
 import time
 from pathlib import Path
 
-from flowmem.memory import Memory
-from flowmem.stores.sqlite import SQLiteStore
-from mem12_writers import (
+from contention import (
     CONTEXT,
     KEY,
     SCOPE,
     WriterStats,
     audit,
+    cycle_expected,
     interleavings,
     process_writer,
     thread_writers,
 )
+from flowmem.memory import Memory
+from flowmem.stores.sqlite import SQLiteStore
 
 APPENDS = 200
 
@@ -44,7 +45,7 @@ def _integrity(path: Path) -> str:
 def _check(memory: Memory, stats: list[WriterStats], writers: int, label: str,
            seconds: float) -> None:
     messages = memory.read(SCOPE, KEY, context=CONTEXT).value
-    result = audit(messages, list(range(writers)), APPENDS)
+    result = audit(messages, cycle_expected(range(writers), APPENDS))
     store = memory.store
     assert isinstance(store, SQLiteStore)
     integrity = store.integrity_check()

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import pytest
 
+from contention import CONTEXT, SCOPE, identity_of, turn, turns
 from flowmem.memory import Memory
 from flowmem.stores.sqlite import SQLiteStore
-from mem12_writers import CONTEXT, SCOPE, identity_of, turn, turns
 
 MAX_DELAY = 0.020
 CYCLES_PER_KEY = 100  # a new conversation every 100 cycles keeps each full read small

@@ -22,20 +22,21 @@ from pathlib import Path
 
 import pytest
 
-from flowmem.memory import Memory
-from flowmem.scopes import StorageKey, resolve_scope
-from flowmem.store import Store
-from flowmem.stores import open_store
-from flowmem.stores.sqlite import SQLiteStore
-from mem12_writers import (
+from contention import (
     CONTEXT,
     KEY,
     SCOPE,
     WriterStats,
     audit,
+    cycle_expected,
     hold_lock,
     run_writer,
 )
+from flowmem.memory import Memory
+from flowmem.scopes import StorageKey, resolve_scope
+from flowmem.store import Store
+from flowmem.stores import open_store
+from flowmem.stores.sqlite import SQLiteStore
 
 WRITERS = 4
 APPENDS = 12  # per writer and phase: 3 cycles of assistant, result, re-fire, user
@@ -52,7 +53,7 @@ def _fallback_warnings(caplog: pytest.LogCaptureFixture) -> int:
 def _report(label: str, memory: Memory, held: list[WriterStats], free: list[WriterStats],
             warnings: int, seconds: float) -> None:
     messages = memory.read(SCOPE, KEY, context=CONTEXT).value
-    result = audit(messages, list(range(2 * WRITERS)), APPENDS)
+    result = audit(messages, cycle_expected(range(2 * WRITERS), APPENDS))
     fallbacks_held = sum(s.fallbacks for s in held)
     fallbacks = fallbacks_held + sum(s.fallbacks for s in free)
     appends_held = sum(s.appends for s in held)

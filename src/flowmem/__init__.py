@@ -35,6 +35,7 @@ from .errors import (
     ScopeRefused,
     StoreBusy,
     StoreError,
+    StoreReadOnly,
     StoreUnavailable,
     UnknownScope,
 )
@@ -96,6 +97,7 @@ __all__ = [
     "Store",
     "StoreBusy",
     "StoreError",
+    "StoreReadOnly",
     "StoreUnavailable",
     "UnknownScope",
     "WriteResult",

@@ -20,6 +20,7 @@ they are mapped to :class:`StoreError` subclasses at the store boundary.
     └── StoreError                  the storage backend failed
         ├── StoreUnavailable        cannot connect / connection lost
         ├── StoreBusy               the database stayed locked past its timeout
+        ├── StoreReadOnly           a write to a store opened (or only readable) read-only
         ├── SchemaError             the database schema is newer or unusable
         └── MissingDependency (ImportError)   an optional extra is not installed
 """
@@ -41,6 +42,7 @@ __all__ = [
     "ScopeRefused",
     "StoreBusy",
     "StoreError",
+    "StoreReadOnly",
     "StoreUnavailable",
     "UnknownScope",
 ]
@@ -131,6 +133,15 @@ class StoreUnavailable(StoreError):
 
 class StoreBusy(StoreError):
     """The database stayed locked by other writers past its busy timeout."""
+
+
+class StoreReadOnly(StoreError):
+    """A write to a store that is open read-only; nothing was changed.
+
+    A SQLite store is read-only when opened with ``?mode=ro``, or when this
+    process cannot write the database file (it is then opened read-only
+    automatically); reads and history work, every write raises this.
+    """
 
 
 class SchemaError(StoreError):

@@ -10,6 +10,11 @@ serialized together.
 POSIX byte-range locks belong to the process and are dropped when ANY file
 descriptor of the file is closed, so there is one descriptor and one set of
 thread locks per lock file per process (:func:`key_locks`).
+
+One more byte, past the stripes, is the *setup* lock (:meth:`KeyLocks.setup`):
+the SQLite store opens and migrates a database under it, so that any number
+of processes opening one database at once take turns instead of failing.
+A lock file flowmem creates is ``0600`` whatever the umask.
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ try:  # POSIX only; elsewhere the locks serialize threads of one process
 except ImportError:  # pragma: no cover - not on Linux
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["STRIPES", "KeyLocks", "key_locks", "stripe_of"]
+__all__ = ["SETUP", "STRIPES", "KeyLocks", "key_locks", "stripe_of"]
 
 STRIPES: Final = 1 << 16
+SETUP: Final = STRIPES
+"""The byte of the setup lock (after the stripes ``0 .. STRIPES - 1``)."""
 _POLL_START: Final = 0.0005
 _POLL_MAX: Final = 0.02
 
@@ -48,7 +55,18 @@ class KeyLocks:
         self._threads: dict[int, threading.Lock] = {}
         self._fd: int | None = None
         if path is not None and fcntl is not None:
-            self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            self._fd = _open_lock_file(path)
+
+    def names(self, path: str) -> bool:
+        """Whether ``path`` still names the lock file this object has open."""
+        if self._fd is None:
+            return True
+        try:
+            now = os.stat(path)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(self._fd)
+        return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
     def _thread_lock(self, stripe: int) -> threading.Lock:
         lock = self._threads.get(stripe)  # a dict read is atomic; create under the guard
@@ -60,6 +78,10 @@ class KeyLocks:
     def hold(self, key: StorageKey, timeout: float) -> _Hold:
         """Hold ``key``'s lock; entering yields ``False`` if it was not had within ``timeout``."""
         return _Hold(self, stripe_of(key), max(timeout, 0.0))
+
+    def setup(self, timeout: float) -> _Hold:
+        """Hold the setup lock (opening and migrating a database); yields whether it was had."""
+        return _Hold(self, SETUP, max(timeout, 0.0))
 
     def _lock_file(self, stripe: int, deadline: float) -> bool:
         if self._fd is None:
@@ -79,6 +101,16 @@ class KeyLocks:
     def _unlock_file(self, stripe: int) -> None:
         if self._fd is not None:
             fcntl.lockf(self._fd, fcntl.LOCK_UN, 1, stripe, os.SEEK_SET)
+
+
+def _open_lock_file(path: str) -> int:
+    """Open (or create ``0600``, umask-independent) the lock file."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    os.fchmod(fd, 0o600)  # the umask may have taken bits away; an existing file is left alone
+    return fd
 
 
 class _Hold:
@@ -135,10 +167,15 @@ os.register_at_fork(after_in_child=_fresh_thread_locks_in_child)
 
 
 def key_locks(path: str) -> KeyLocks:
-    """The process-wide :class:`KeyLocks` of one lock file (see the module notes)."""
+    """The process-wide :class:`KeyLocks` of one lock file (see the module notes).
+
+    If the lock file was deleted or replaced since this process opened it
+    (``rm x.db*``), a new one is opened: the old descriptor stays open (closing
+    it would drop the locks still held through it) but is no longer handed out.
+    """
     real = os.path.realpath(path)
     with _registry_guard:
         locks = _registry.get(real)
-        if locks is None:
+        if locks is None or not locks.names(real):
             locks = _registry[real] = KeyLocks(real)
         return locks

@@ -24,109 +24,123 @@ MEM-12: appends to one conversation are serialized by a per-key lock shared
 by threads and processes (:mod:`flowmem.stores.locks`), with a bounded wait;
 the unserialized fallback is still one ``BEGIN IMMEDIATE`` transaction, and
 the (buffer, result id) unique key makes a doubled result impossible.
+
+Opening: any number of threads and processes may open one database at once,
+new or existing. Creating the file, switching it to WAL and migrating run
+under the *setup* lock of the ``.lock`` file (one open at a time per
+database), and a "database is locked" answer is retried; only past
+``busy_timeout`` does an open raise :class:`~flowmem.errors.StoreBusy`.
+
+Faults (:mod:`flowmem.stores.sqlite_files`): a database flowmem creates is
+``0600``, with its ``-wal``, ``-shm`` and ``.lock``. Every transaction ends
+with one ``stat`` of the path: if the file was deleted or replaced while
+open, the operation raises :class:`~flowmem.errors.StoreUnavailable` — a
+write is never acknowledged into an unlinked file — and so does every later
+operation of this store (a new store opens whatever the path names then).
+Read-only (``?mode=ro``, or a file this process cannot write): reads and
+history work, writes raise :class:`~flowmem.errors.StoreReadOnly`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from ..errors import InvalidStoreURL, SchemaError, StoreBusy, StoreError
+from ..errors import (
+    InvalidStoreURL,
+    StoreBusy,
+    StoreError,
+    StoreReadOnly,
+    StoreUnavailable,
+)
 from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
-from .locks import key_locks
+from .locks import KeyLocks, key_locks
 from .sql import Execute, Program, SQLConversations, T, drive, encode
+from .sqlite_files import DatabaseFiles, FileIdentity
+from .sqlite_schema import (
+    MIGRATIONS,
+    MIN_SQLITE_VERSION,
+    check_library,
+    check_version,
+    migrate,
+    user_version,
+)
 
 __all__ = ["MIGRATIONS", "MIN_SQLITE_VERSION", "SQLiteStore"]
 
-MIN_SQLITE_VERSION: Final = (3, 35, 0)  # UPSERT on a partial index + RETURNING
 SYNCHRONOUS: Final = ("full", "normal", "off")
-
-MIGRATIONS: Final[tuple[str, ...]] = (
-    """
-    CREATE TABLE kv (
-        scope TEXT NOT NULL, scope_id TEXT NOT NULL, key TEXT NOT NULL,
-        value TEXT NOT NULL,
-        PRIMARY KEY (scope, scope_id, key)
-    ) WITHOUT ROWID;
-    CREATE TABLE buffers (
-        id INTEGER PRIMARY KEY,
-        scope TEXT NOT NULL, scope_id TEXT NOT NULL, key TEXT NOT NULL,
-        count INTEGER NOT NULL DEFAULT 0,
-        next_pos INTEGER NOT NULL DEFAULT 0,
-        UNIQUE (scope, scope_id, key)
-    );
-    CREATE TABLE messages (
-        buffer_id INTEGER NOT NULL,
-        pos INTEGER NOT NULL,
-        role TEXT NOT NULL,
-        result_id TEXT,
-        healed INTEGER NOT NULL DEFAULT 0,
-        body TEXT NOT NULL,
-        UNIQUE (buffer_id, pos)
-    );
-    CREATE UNIQUE INDEX messages_result ON messages (buffer_id, result_id)
-        WHERE result_id IS NOT NULL;
-    CREATE TABLE calls (
-        buffer_id INTEGER NOT NULL, call_id TEXT NOT NULL,
-        turn_pos INTEGER NOT NULL, ord INTEGER NOT NULL,
-        PRIMARY KEY (buffer_id, call_id, turn_pos)
-    ) WITHOUT ROWID;
-    CREATE INDEX calls_turn ON calls (buffer_id, turn_pos);
-    CREATE TABLE pending (
-        buffer_id INTEGER NOT NULL, call_id TEXT NOT NULL,
-        turn_pos INTEGER NOT NULL, ord INTEGER NOT NULL,
-        PRIMARY KEY (buffer_id, call_id)
-    ) WITHOUT ROWID;
-    """,
-    """
-    CREATE TABLE idempotency (
-        ikey TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, outcome TEXT,
-        expires REAL NOT NULL
-    ) WITHOUT ROWID;
-    CREATE INDEX idempotency_expires ON idempotency (expires);
-    """,
-)
-"""Schema migrations; ``PRAGMA user_version`` is the number applied."""
-
-
-def _check_library() -> None:
-    if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
-        wanted = ".".join(map(str, MIN_SQLITE_VERSION))
-        raise StoreError(f"SQLite {sqlite3.sqlite_version} is too old; flowmem needs {wanted}+")
+MODES: Final = ("rwc", "rw", "ro")
+_SQLITE_BUSY: Final = 5
+_SQLITE_LOCKED: Final = 6
+_SQLITE_READONLY: Final = 8
+_T = TypeVar("_T")
+logger = logging.getLogger("flowmem")
 
 
 class SQLiteStore:
-    """The SQLite backend (see the module notes for durability and locking)."""
+    """The SQLite backend (see the module notes for durability, opening and faults).
+
+    ``mode`` is ``"rwc"`` (read-write, create the database when missing; the
+    default), ``"rw"`` (read-write, the database must exist) or ``"ro"``
+    (read-only). A database this process cannot write is opened read-only
+    whatever the mode; :attr:`read_only` tells.
+    """
 
     def __init__(self, path: str, *, synchronous: str = "full",
-                 busy_timeout: float = 30.0) -> None:
-        _check_library()
+                 busy_timeout: float = 30.0, mode: str = "rwc") -> None:
+        check_library()
         if synchronous not in SYNCHRONOUS:
             raise InvalidStoreURL(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
+        if mode not in MODES:
+            raise InvalidStoreURL(f"mode must be one of {MODES}, got {mode!r}")
         self.path = os.path.abspath(path)
         self.synchronous = synchronous
         self.busy_timeout = busy_timeout
+        self._files = DatabaseFiles(self.path)
+        self.read_only = mode == "ro" or self._files.unwritable()
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._guard = threading.Lock()
         self._closed = False
+        self._gone: str | None = None  # why the store is unusable (its file was replaced)
+        self._identity: FileIdentity | None = None
         directory = os.path.dirname(self.path)
         if not os.path.isdir(directory):
             raise StoreError(f"cannot open {self.path}: directory {directory} does not exist")
+        self._real_path = os.path.realpath(self.path)
+        # decided once: every connection of the store sees the file the same way
+        self._uri = self._files.uri(read_only=self.read_only)
+        if self.read_only:
+            self._locks = KeyLocks()  # nothing is written: thread locks suffice
+            self._open_read_only()
+            return
+        if mode == "rw" and not self._files.exists():  # before the lock file is made
+            raise StoreUnavailable(f"{self.path} does not exist (mode=rw never creates it)")
         try:
-            self._locks = key_locks(self.path + ".lock")
-            self._real_path = os.path.realpath(self.path)
+            self._locks = key_locks(self._files.lock)
         except OSError as exc:
-            raise StoreError(f"cannot open the lock file {self.path}.lock: {exc}") from exc
-        self._migrate()
+            raise StoreError(f"cannot open the lock file {self._files.lock}: {exc}") from exc
+        with self._locks.setup(self.busy_timeout) as had:
+            if not had:
+                raise StoreBusy(f"{self.path}: other processes kept opening it for "
+                                f"{self.busy_timeout}s (busy_timeout)")
+            if mode == "rwc":
+                self._files.create()
+            elif not self._files.exists():
+                raise StoreUnavailable(f"{self.path} does not exist (mode=rw never creates it)")
+            conn = self._retrying(self._connect)
+            self._adopt(conn)
+            self._retrying(lambda: migrate(conn, self.path))
 
     @classmethod
     def from_url(cls, url: str) -> SQLiteStore:
@@ -137,7 +151,7 @@ class SQLiteStore:
             raise InvalidStoreURL(f"expected sqlite:///relative/path.db or "
                                   f"sqlite:////absolute/path.db, got {url!r}")
         options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        unknown = set(options) - {"synchronous", "busy_timeout"}
+        unknown = set(options) - {"synchronous", "busy_timeout", "mode"}
         if unknown:
             raise InvalidStoreURL(f"unknown sqlite option(s): {', '.join(sorted(unknown))}")
         try:
@@ -147,50 +161,129 @@ class SQLiteStore:
         if not math.isfinite(timeout) or timeout < 0:
             raise InvalidStoreURL(f"busy_timeout must be a number of seconds >= 0, in {url!r}")
         return cls(path, synchronous=options.get("synchronous", "full").lower(),
-                   busy_timeout=timeout)
+                   busy_timeout=timeout, mode=options.get("mode", "rwc").lower())
 
-    # -- connections and transactions ------------------------------------------
+    # -- opening -------------------------------------------------------------------
+    def _open_read_only(self) -> None:
+        if not self._files.exists():
+            raise StoreUnavailable(f"{self.path} does not exist (a read-only store never "
+                                   f"creates it)")
+        version = self._retrying(lambda: user_version(self._connection()))
+        check_version(version, self.path, read_only=True)
+
+    def _retrying(self, action: Callable[[], _T]) -> _T:
+        """``action``, again while SQLite answers busy, for at most ``busy_timeout``.
+
+        Opening and switching to WAL can answer "database is locked" at once
+        (SQLite does not wait in every case); opens take turns under the
+        setup lock, and this covers other programs using the file.
+        """
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.001
+        while True:
+            try:
+                return action()
+            except (sqlite3.OperationalError, StoreBusy) as exc:
+                remaining = deadline - time.monotonic()
+                busy = isinstance(exc, StoreBusy) or _is_busy(exc)
+                if not busy or remaining <= 0:
+                    if isinstance(exc, StoreError):
+                        raise
+                    raise _mapped(exc, self.path) from exc
+                time.sleep(min(delay, remaining))
+                delay = min(delay * 2, 0.05)
+
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is not None:
             return conn
         if self._closed:
             raise StoreError("the store is closed")
-        try:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout,
-                                   isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
-        except sqlite3.Error as exc:
-            raise StoreError(f"cannot open {self.path}: {exc}") from exc
+        if self._gone is not None:
+            raise StoreUnavailable(self._gone)
+        if self.read_only:
+            conn = self._retrying(self._connect)
+        else:
+            with self._locks.setup(self.busy_timeout) as had:
+                if not had:
+                    raise StoreBusy(f"{self.path}: no turn to open a connection within "
+                                    f"{self.busy_timeout}s (busy_timeout)")
+                conn = self._retrying(self._connect)
+        self._adopt(conn)
+        return conn
+
+    def _adopt(self, conn: sqlite3.Connection) -> None:
+        """Make ``conn`` this thread's connection (closed by :meth:`close`)."""
         self._local.conn = conn
         with self._guard:
             self._connections.append(conn)
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(self._uri, uri=True, timeout=self.busy_timeout,
+                                   isolation_level=None, check_same_thread=False)
+        except sqlite3.OperationalError:
+            if not self._files.exists():
+                self._check_file()  # raises: the file is gone
+            raise
+        try:
+            if not self.read_only:
+                conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
+            conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()  # the file is read
+            if self._identity is None:
+                self._identity = self._files.identity()
+            self._check_file()
+        except BaseException:
+            conn.close()
+            raise
         return conn
+
+    def _check_file(self) -> None:
+        """Raise :class:`StoreUnavailable` (for good) if the path no longer names our file.
+
+        One ``stat`` per transaction: a commit into a deleted or replaced file
+        must never be acknowledged. The check runs after the commit, so a
+        deletion racing with the commit is caught too.
+        """
+        if self._gone is None and self._files.identity() == self._identity:
+            return
+        if self._gone is None:
+            self._gone = (f"the database file {self.path} was deleted or replaced while open: "
+                          f"this operation is not in the database at that path, and this store "
+                          f"refuses every operation from now on (a new store opens whatever "
+                          f"the path names)")
+            logger.error("flowmem: %s", self._gone)
+        raise StoreUnavailable(self._gone)
 
     @contextmanager
     def _transaction(self, mode: str = "IMMEDIATE") -> Iterator[Execute]:
         # Writers of this process queue on one mutex instead of sleeping in
         # SQLite's busy handler (which backs off up to 100 ms); other processes
         # still meet at BEGIN IMMEDIATE. An optimisation only: the database's
-        # own write lock is what makes a transaction atomic.
+        # own write lock is what makes a transaction atomic. The connection is
+        # had first: opening one takes the setup lock, never under the mutex.
+        if mode == "IMMEDIATE" and self.read_only:
+            raise StoreReadOnly(f"{self.path} is open read-only: writes are refused")
+        conn = self._connection()
         mutex = _writer_mutex(self._real_path) if mode == "IMMEDIATE" else None
         if mutex is not None and not mutex.acquire(timeout=self.busy_timeout):
             raise StoreBusy(f"no write turn on {self.path} within {self.busy_timeout}s")
         try:
-            with self._begun(mode) as sql:
+            with self._begun(conn, mode) as sql:
                 yield sql
         finally:
             if mutex is not None:
                 mutex.release()
 
     @contextmanager
-    def _begun(self, mode: str) -> Iterator[Execute]:
-        conn = self._connection()
+    def _begun(self, conn: sqlite3.Connection, mode: str) -> Iterator[Execute]:
+        if self._gone is not None:
+            raise StoreUnavailable(self._gone)
         try:
             conn.execute(f"BEGIN {mode}")
         except sqlite3.OperationalError as exc:
-            raise _mapped(exc) from exc
+            raise _mapped(exc, self.path) from exc
         try:
             yield lambda sql, params: conn.execute(sql, params).fetchall()
             conn.execute("COMMIT")
@@ -198,21 +291,9 @@ class SQLiteStore:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error):
-                raise _mapped(exc) from exc
+                raise _mapped(exc, self.path) from exc
             raise
-
-    def _migrate(self) -> None:
-        with self._transaction() as run:
-            version = int(run("PRAGMA user_version", ())[0][0])
-            if version > len(MIGRATIONS):
-                raise SchemaError(f"{self.path} has schema version {version}; this flowmem "
-                                  f"knows {len(MIGRATIONS)} — upgrade flowmem")
-            conn = self._connection()
-            for number in range(version, len(MIGRATIONS)):
-                for statement in MIGRATIONS[number].split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+        self._check_file()
 
     def _run(self, program: Program[T], mode: str = "IMMEDIATE") -> T:
         with self._transaction(mode) as run:
@@ -288,8 +369,26 @@ def _forget_writers_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_writers_in_child)
 
 
-def _mapped(exc: sqlite3.Error) -> StoreError:
+def _primary_code(exc: sqlite3.Error) -> int | None:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else int(code) & 0xFF
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    code = _primary_code(exc)
+    if code is not None:
+        return code in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    return "locked" in str(exc)
+
+
+def _mapped(exc: sqlite3.Error, path: str) -> StoreError:
     text = str(exc)
-    if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
-        return StoreBusy(f"SQLite database stayed locked: {text}")
-    return StoreError(f"SQLite error: {text}")
+    if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+        return StoreBusy(f"SQLite database {path} stayed locked: {text}")
+    if _primary_code(exc) == _SQLITE_READONLY:
+        shm = path + "-shm"
+        hint = (f" ({shm} is not writable, perhaps left by a read-only open: delete it "
+                f"while no process has the database open)"
+                if os.path.exists(shm) and not os.access(shm, os.W_OK) else "")
+        return StoreReadOnly(f"SQLite database {path} cannot be written: {text}{hint}")
+    return StoreError(f"SQLite error on {path}: {text}")

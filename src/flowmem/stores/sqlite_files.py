@@ -1,0 +1,122 @@
+"""The files of one SQLite database: creation owner-only, identity, read-only access.
+
+A database is the main file plus, while any connection has it open in WAL
+mode, ``<name>-wal`` and ``<name>-shm`` (and flowmem's ``<name>.lock``).
+
+* **Owner-only files.** A database flowmem creates is created ``0600``
+  whatever the umask; SQLite gives ``-wal`` and ``-shm`` the main file's
+  mode, so they are ``0600`` too. Existing files keep their modes: flowmem
+  never changes the permissions of a file it did not create.
+* **Identity.** ``(st_dev, st_ino)`` of the path. An open connection keeps
+  its file alive after ``rm`` (and its inode number cannot be reused while
+  it is open), so a path whose identity changed names another file: the
+  database was deleted or replaced under the store.
+* **Read-only access** without side effects: a file this process cannot
+  write, with no ``-wal``/``-shm`` beside it (no connection has it open), is
+  opened ``immutable`` — SQLite would otherwise create ``-wal``/``-shm``
+  with the read-only mode of the main file and leave them behind, and a
+  writer could not use the database again until they were deleted.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import quote
+
+from ..errors import StoreError, StoreUnavailable
+
+__all__ = ["OWNER_ONLY", "DatabaseFiles", "FileIdentity"]
+
+OWNER_ONLY: Final = 0o600
+
+FileIdentity = tuple[int, int]
+"""``(st_dev, st_ino)`` of a file."""
+
+
+@dataclass(frozen=True)
+class DatabaseFiles:
+    """The paths of one database and what can be done with them."""
+
+    path: str
+
+    @property
+    def wal(self) -> str:
+        return self.path + "-wal"
+
+    @property
+    def shm(self) -> str:
+        return self.path + "-shm"
+
+    @property
+    def lock(self) -> str:
+        return self.path + ".lock"
+
+    def identity(self) -> FileIdentity | None:
+        """The identity of the file the path names now, ``None`` when there is none."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def live_files(self) -> bool:
+        """Whether a ``-wal`` or ``-shm`` exists (a connection has, or had, it open)."""
+        return os.path.exists(self.wal) or os.path.exists(self.shm)
+
+    def unwritable(self) -> bool:
+        """An existing database this process cannot write (opened read-only automatically).
+
+        Either the main file is not writable, or its directory is not and no
+        ``-wal`` exists to write into (SQLite could not create one).
+        """
+        if not self.exists():
+            return False
+        if not os.access(self.path, os.W_OK):
+            return True
+        directory = os.path.dirname(self.path)
+        return not os.access(directory, os.W_OK | os.X_OK) and not os.path.exists(self.wal)
+
+    def create(self) -> bool:
+        """Create an empty main file ``0600`` (umask-independent); whether this call made it.
+
+        Refuses when the main file is missing but a ``-wal``/``-shm`` is
+        there: those are the leftovers of a deleted database (perhaps still
+        open in another process), and SQLite would replay the old WAL into
+        the new file.
+        """
+        if self.exists():
+            return False
+        if self.live_files():
+            raise StoreUnavailable(
+                f"{self.path} does not exist but its -wal/-shm do: the database was deleted "
+                f"while open (its writers fail from then on). Restore the file, or delete "
+                f"{self.wal} and {self.shm} to start a new database")
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                         OWNER_ONLY)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise StoreError(f"cannot create {self.path}: {exc}") from exc
+        try:
+            if hasattr(os, "fchmod"):  # POSIX: the umask may have taken bits away
+                os.fchmod(fd, OWNER_ONLY)
+        finally:
+            # closing a descriptor drops the process's POSIX locks on the file, but
+            # this file is new: no connection can hold one on it yet
+            os.close(fd)
+        return True
+
+    def uri(self, *, read_only: bool) -> str:
+        """The SQLite URI: ``mode=rw`` (never creates), ``mode=ro`` or ``immutable=1``."""
+        base = "file:" + quote(self.path, safe="/")
+        if not read_only:
+            return base + "?mode=rw"
+        if self.unwritable() and not self.live_files():
+            return base + "?immutable=1"
+        return base + "?mode=ro"

@@ -1,0 +1,111 @@
+"""The SQLite schema of flowmem: versioned migrations, run under the setup lock.
+
+The tables are those of :mod:`flowmem.stores.sql`. ``PRAGMA user_version``
+is the number of migrations applied. :func:`migrate` is safe to repeat: a
+read of the version returns when the schema is current; otherwise the work
+runs in one ``BEGIN IMMEDIATE`` transaction that re-reads the version (the
+SQLite store also runs it under the setup lock of its lock file, so
+processes opening one database at once take turns).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+from ..errors import SchemaError, StoreError
+
+__all__ = ["MIGRATIONS", "MIN_SQLITE_VERSION", "check_library", "check_version", "migrate",
+           "user_version"]
+
+MIN_SQLITE_VERSION: Final = (3, 35, 0)  # UPSERT on a partial index + RETURNING
+
+MIGRATIONS: Final[tuple[str, ...]] = (
+    """
+    CREATE TABLE kv (
+        scope TEXT NOT NULL, scope_id TEXT NOT NULL, key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (scope, scope_id, key)
+    ) WITHOUT ROWID;
+    CREATE TABLE buffers (
+        id INTEGER PRIMARY KEY,
+        scope TEXT NOT NULL, scope_id TEXT NOT NULL, key TEXT NOT NULL,
+        count INTEGER NOT NULL DEFAULT 0,
+        next_pos INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (scope, scope_id, key)
+    );
+    CREATE TABLE messages (
+        buffer_id INTEGER NOT NULL,
+        pos INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        result_id TEXT,
+        healed INTEGER NOT NULL DEFAULT 0,
+        body TEXT NOT NULL,
+        UNIQUE (buffer_id, pos)
+    );
+    CREATE UNIQUE INDEX messages_result ON messages (buffer_id, result_id)
+        WHERE result_id IS NOT NULL;
+    CREATE TABLE calls (
+        buffer_id INTEGER NOT NULL, call_id TEXT NOT NULL,
+        turn_pos INTEGER NOT NULL, ord INTEGER NOT NULL,
+        PRIMARY KEY (buffer_id, call_id, turn_pos)
+    ) WITHOUT ROWID;
+    CREATE INDEX calls_turn ON calls (buffer_id, turn_pos);
+    CREATE TABLE pending (
+        buffer_id INTEGER NOT NULL, call_id TEXT NOT NULL,
+        turn_pos INTEGER NOT NULL, ord INTEGER NOT NULL,
+        PRIMARY KEY (buffer_id, call_id)
+    ) WITHOUT ROWID;
+    """,
+    """
+    CREATE TABLE idempotency (
+        ikey TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, outcome TEXT,
+        expires REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX idempotency_expires ON idempotency (expires);
+    """,
+)
+"""Schema migrations; ``PRAGMA user_version`` is the number applied."""
+
+
+def check_library() -> None:
+    """Refuse an SQLite library older than :data:`MIN_SQLITE_VERSION`."""
+    if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
+        wanted = ".".join(map(str, MIN_SQLITE_VERSION))
+        raise StoreError(f"SQLite {sqlite3.sqlite_version} is too old; flowmem needs {wanted}+")
+
+
+def user_version(conn: sqlite3.Connection) -> int:
+    """The number of migrations applied to the database ``conn`` has open."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def check_version(version: int, path: str, *, read_only: bool = False) -> None:
+    """Refuse a schema newer than this flowmem (or, read-only, an unmigrated one)."""
+    if version > len(MIGRATIONS):
+        raise SchemaError(f"{path} has schema version {version}; this flowmem "
+                          f"knows {len(MIGRATIONS)} — upgrade flowmem")
+    if read_only and version < len(MIGRATIONS):
+        raise SchemaError(f"{path} has schema version {version}; this flowmem needs "
+                          f"{len(MIGRATIONS)}: open it once read-write to migrate it")
+
+
+def migrate(conn: sqlite3.Connection, path: str) -> None:
+    """Bring the schema of the database ``conn`` has open up to date."""
+    version = user_version(conn)
+    check_version(version, path)
+    if version == len(MIGRATIONS):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = user_version(conn)  # another program may have migrated it meanwhile
+        for number in range(version, len(MIGRATIONS)):
+            for statement in MIGRATIONS[number].split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
