@@ -1,4 +1,11 @@
-"""Shared helpers of the test_server_* files: an app, tokens per role, a seeded session."""
+"""Shared helpers of the server tests: an app, tokens per role, a seeded session.
+
+Every response any server test receives through :class:`CheckedClient` (or an
+httpx client with :func:`check_envelope` as a response hook) is checked
+against the envelopes (API-5, API-8): a refusal is
+``{success: false, error, error_code}`` with a code of the published table
+and that code's status; a JSON result is ``{success: true, data[, pagination]}``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,7 @@ import json
 import socket
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,6 +25,46 @@ from fastapi.testclient import TestClient
 
 from flowmem.memory import Memory
 from flowmem.server import Settings, create_app
+from flowmem.server.responses import ERROR_CODES
+
+REFUSALS: Counter[str] = Counter()
+"""error_code -> how many refusals the tests of this run provoked."""
+_COUNT_LOCK = threading.Lock()
+
+
+def check_envelope(response: Any) -> None:
+    """Assert the envelope of one response (a refusal: a code from the table, API-8)."""
+    if response.request.url.path == "/openapi.json":
+        return
+    kind = response.headers.get("content-type", "")
+    if response.status_code >= 400:
+        assert kind.startswith("application/json"), (response.status_code, kind)
+    if not kind.startswith("application/json"):
+        return
+    response.read()
+    body = response.json()
+    if response.status_code >= 400:
+        assert body["success"] is False and isinstance(body["error"], str), body
+        code = body["error_code"]
+        assert code in ERROR_CODES, f"{code!r} is not in the published table"
+        assert ERROR_CODES[code][0] == response.status_code, (code, response.status_code)
+        assert set(body) <= {"success", "error", "error_code", "details", "request_id"}
+        with _COUNT_LOCK:
+            REFUSALS[code] += 1
+    else:
+        assert body["success"] is True and "data" in body, body
+        assert set(body) in ({"success", "data"}, {"success", "data", "pagination"}), body
+        if "pagination" in body:
+            assert list(body["pagination"]) == ["total", "limit", "offset", "has_more"]
+
+
+class CheckedClient(TestClient):
+    """A TestClient that checks the envelope of every response."""
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        response = super().request(*args, **kwargs)
+        check_envelope(response)
+        return response
 
 ROLES = ("anonymous", "owner", "viewer", "other", "admin")
 USERS = {"owner": "alice", "viewer": "bob", "other": "carol", "admin": "root"}
@@ -53,7 +101,7 @@ class World:
     def new_session(self, role: str, title: str = "", **extra: Any) -> str:
         response = self.call(role, "POST", "/v1/sessions", {"title": title, **extra})
         assert response.status_code == 201, response.text
-        return str(response.json()["id"])
+        return str(response.json()["data"]["id"])
 
 
 def make_world(store: str = "memory://", settings: Settings | None = None,
@@ -61,7 +109,7 @@ def make_world(store: str = "memory://", settings: Settings | None = None,
     """A fresh app over ``store`` with a token per role (and a seeded session)."""
     memory = Memory.from_url(store)
     app = create_app(memory, settings)
-    world = World(app=app, client=TestClient(app), memory=memory)
+    world = World(app=app, client=CheckedClient(app), memory=memory)
     for role, user in USERS.items():
         world.tokens[role] = world.token_for(user, admin=role == "admin")
     if seed:
@@ -100,3 +148,21 @@ def live_server(app: FastAPI) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def _walk(routes: list[Any], found: set[tuple[str, str]]) -> None:
+    for route in routes:
+        nested = getattr(route, "effective_candidates", None)  # FastAPI's included routers
+        if callable(nested):
+            _walk(nested(), found)
+        elif getattr(route, "methods", None):
+            found.update((m, route.path) for m in route.methods if m != "HEAD")
+        else:
+            raise AssertionError(f"a route the tests cannot read: {route!r}")
+
+
+def app_routes(app: FastAPI) -> set[tuple[str, str]]:
+    """Every (method, path) the app serves, from its route list."""
+    found: set[tuple[str, str]] = set()
+    _walk(list(app.routes), found)
+    return found

@@ -42,7 +42,7 @@ class Audit:
         with self.lock:
             self.own += sum(1 for owner in found if owner == user)
             self.foreign += [(user, owner) for owner in found if owner != user]
-        return response.json()
+        return response.json()["data"]
 
 
 def test_no_foreign_canary_in_any_response(tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_no_foreign_canary_in_any_response(tmp_path: Path) -> None:
         def read_back(user: str) -> Counter[str]:
             counts: Counter[str] = Counter()
             listed = call(user, "GET", "/v1/sessions", params={"limit": 100})
-            assert sorted(s["id"] for s in listed["sessions"]) == sorted(sessions[user])
+            assert sorted(s["id"] for s in listed) == sorted(sessions[user])
             for sid in sessions[user]:
                 page = call(user, "GET", f"/v1/sessions/{sid}/messages")
                 counts["messages"] += len(page["messages"])

@@ -217,7 +217,7 @@ class FlowmemHTTP(_Flowmem):
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         response = self.client.post(path, json=body)
         response.raise_for_status()
-        return response.json()
+        return response.json()["data"]
 
     def prefill(self, conversation: str, items: Sequence[Any]) -> None:
         for start in range(0, len(items), 100):

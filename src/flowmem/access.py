@@ -29,11 +29,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 from .ids import usable_id
 
 __all__ = [
+    "SESSION_STATUSES",
     "AccessHook",
     "Action",
     "Decision",
@@ -44,6 +45,12 @@ __all__ = [
     "memory_principal",
     "owns",
 ]
+
+SESSION_STATUSES: Final = ("idle", "completed", "stopped")
+"""A session's status, a closed vocabulary stored and served with one spelling
+(STORE-11): ``idle`` — no turn since it was created or reset; ``completed`` —
+a turn finished (never ``idle`` again, STORE-12); ``stopped`` — refuses writes."""
+
 
 class Action(StrEnum):
     """What a caller wants to do to a session (the rows of the access table)."""
@@ -98,7 +105,7 @@ class SessionRecord:
     owner: str | None
     title: str = ""
     viewers: frozenset[str] = field(default_factory=frozenset)
-    status: str = "active"
+    status: str = "idle"
     created_at: float = 0.0
     updated_at: float = 0.0
 
@@ -118,7 +125,7 @@ class SessionRecord:
         """The inverse of :meth:`to_json`."""
         return cls(id=str(data["id"]), owner=data.get("owner"), title=str(data.get("title", "")),
                    viewers=frozenset(data.get("viewers") or ()),
-                   status=str(data.get("status", "active")),
+                   status=str(data.get("status", "idle")),
                    created_at=float(data.get("created_at", 0.0)),
                    updated_at=float(data.get("updated_at", 0.0)))
 

@@ -22,20 +22,31 @@ from fastapi import APIRouter
 from ..access import Action, Principal
 from ..memory import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from ..scopes import ExecutionContext
-from .deps import Caller, Server, ServerState, append_and_echo, positioned, session_for
+from .deps import (
+    Caller,
+    Server,
+    ServerState,
+    append_and_echo,
+    history_page,
+    positioned,
+    session_for,
+)
+from .limits import check_value, json_bytes
 from .models import (
     AppendBody,
     AppendOut,
     DeleteOut,
     HistoryBody,
     HistoryOut,
+    Ok,
+    Page,
     ReadBody,
     ReadOut,
     ScopedBody,
     WriteBody,
     WriteOut,
 )
-from .responses import AsciiJSONResponse
+from .responses import ApiError, AsciiJSONResponse, clamp_page, ok, paged
 from .sessions import session_context
 
 __all__ = ["router"]
@@ -58,36 +69,41 @@ def _where(result: ReadResult | WriteResult | DeleteResult | ScopedAppendResult 
             "refused": result.refused}
 
 
-@router.post("/read", response_model=ReadOut,
+@router.post("/read", response_model=Ok[ReadOut],
              summary="Read a key (refused scope: 200, found false, refused true)")
 def read(body: ReadBody, principal: Caller,
          server: Server) -> AsciiJSONResponse:
     context = _context(server, principal, body, Action.VIEW)
     result = server.memory.read(body.scope, body.key, context=context, default=body.default)
-    return AsciiJSONResponse({**_where(result),
-                              "value": result.value, "found": result.found})
+    limit = server.settings.limits.max_read_bytes
+    if result.found and json_bytes(result.value) > limit:
+        raise ApiError("read_too_large",
+                       f"the value is larger than {limit} bytes: page a conversation with "
+                       f"POST /v1/memory/history")
+    return ok({**_where(result), "value": result.value, "found": result.found,
+               "written_by": None})
 
 
-@router.post("/write", response_model=WriteOut,
+@router.post("/write", response_model=Ok[WriteOut],
              summary="Write a key (refused scope: 200, ok false, refused true)")
 def write(body: WriteBody, principal: Caller,
           server: Server) -> AsciiJSONResponse:
+    check_value(body.value, server.settings.limits)
     context = _context(server, principal, body, Action.DRIVE)
     result = server.memory.write(body.scope, body.key, body.value, context=context)
-    return AsciiJSONResponse({**_where(result), "ok": result.ok})
+    return ok({**_where(result), "ok": result.ok})
 
 
-@router.post("/delete", response_model=DeleteOut,
+@router.post("/delete", response_model=Ok[DeleteOut],
              summary="Delete a key (refused scope: 200, ok false, refused true)")
 def delete(body: ScopedBody, principal: Caller,
            server: Server) -> AsciiJSONResponse:
     context = _context(server, principal, body, Action.DRIVE)
     result = server.memory.delete(body.scope, body.key, context=context)
-    return AsciiJSONResponse({**_where(result),
-                              "ok": result.ok, "found": result.found})
+    return ok({**_where(result), "ok": result.ok, "found": result.found})
 
 
-@router.post("/append", response_model=AppendOut,
+@router.post("/append", response_model=Ok[AppendOut],
              summary="Append to a conversation, MEM-1..14 (refused scope: 200, count 0)")
 def append(body: AppendBody, principal: Caller,
            server: Server) -> AsciiJSONResponse:
@@ -95,15 +111,21 @@ def append(body: AppendBody, principal: Caller,
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
     result, echo = append_and_echo(server, body.scope, body.key, messages, context,
                                    body.max_messages)
-    return AsciiJSONResponse({**_where(result), **echo})
+    return ok({**_where(result), **echo})
 
 
-@router.post("/history", response_model=HistoryOut,
+@router.post("/history", response_model=Page[HistoryOut],
              summary="A page of a conversation, newest last (refused scope: 200, empty)")
 def history(body: HistoryBody, principal: Caller,
             server: Server) -> AsciiJSONResponse:
+    if body.limit is not None and body.last is not None:
+        raise ApiError("invalid_field", "give `limit` or its older name `last`, not both",
+                       details=[{"code": "conflicting_fields", "message": "limit and last",
+                                 "locator": "body.last"}])
+    limit, offset = clamp_page(body.limit if body.last is None else body.last, body.offset,
+                               server.settings.page_size)
     context = _context(server, principal, body, Action.VIEW)
-    page = server.memory.history(body.scope, body.key, context=context, last=body.last,
-                                 before=body.before)
-    return AsciiJSONResponse({**_where(page), "messages": positioned(page),
-                              "before": page.before})
+    page, total = history_page(server, body.scope, body.key, context, limit=limit,
+                               offset=offset, before=body.before)
+    return paged({**_where(page), "messages": positioned(page), "before": page.before},
+                 total, limit, offset)
