@@ -106,8 +106,12 @@ class World:
 
 def make_world(store: str = "memory://", settings: Settings | None = None,
                seed: bool = True) -> World:
-    """A fresh app over ``store`` with a token per role (and a seeded session)."""
+    """A fresh app over ``store`` with a token per role (and a seeded session).
+
+    The rate limit is off unless ``settings`` ask for one (its own tests do).
+    """
     memory = Memory.from_url(store)
+    settings = settings or Settings(rate_limit=0.0)
     app = create_app(memory, settings)
     world = World(app=app, client=CheckedClient(app), memory=memory)
     for role, user in USERS.items():

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from flowmem.access import Action, Principal, SessionRecord
+from flowmem.access import Action, Level, Principal, SessionRecord
 from flowmem.errors import StoreUnavailable
 from flowmem.server import Limits, Settings, hash_token
 from flowmem.server.registry import RESERVED_SCOPE, reserved
@@ -38,9 +38,13 @@ def all_keys(world: World) -> list[tuple[str, str, str]]:
     return [(k.scope, k.scope_id, k.key) for k in data if k.scope != RESERVED_SCOPE]
 
 
+OPEN = Settings(anonymous=Level.WRITE, rate_limit=0.0)  # the --anonymous write opt-in
+
+
 # -- MEM-7: a refusal is neutral and reaches no backend ---------------------------------------
 def test_mem7_anonymous_user_scope_is_refused_neutrally_and_nothing_stored(
-        world: World, caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture) -> None:
+    world = make_world(settings=OPEN)
     before = all_keys(world)
     with caplog.at_level(logging.WARNING, logger="flowmem"):
         write = memory_op(world, "anonymous", "write", scope="user", key="k", value="v",
@@ -61,8 +65,9 @@ def test_mem7_anonymous_user_scope_is_refused_neutrally_and_nothing_stored(
     assert len(refusals) == 4 and "'n1'" in refusals[0].getMessage()
 
 
-def test_memory_history_pages_a_conversation_and_refuses_neutrally(world: World) -> None:
+def test_memory_history_pages_a_conversation_and_refuses_neutrally() -> None:
     """MEM-14/MEM-7: a runtime reads the last N messages without loading the whole buffer."""
+    world = make_world(settings=OPEN)
     messages = [{"role": "user", "content": str(i)} for i in range(5)]
     memory_op(world, "owner", "append", scope="user", key="chat", messages=messages)
     page = memory_op(world, "owner", "history", scope="user", key="chat", last=2)
@@ -93,11 +98,16 @@ def test_user_scope_of_an_identified_caller_is_its_own(world: World) -> None:
 
 
 def test_global_and_workflow_scopes_come_from_the_request(world: World) -> None:
-    memory_op(world, "owner", "write", scope="workflow", key="k", value=1,
+    world.tokens["svc"] = world.app.state.flowmem.tokens.create(
+        "svc", grants=["workflow:wf:write"])
+    world.tokens["reader"] = world.app.state.flowmem.tokens.create(
+        "reader", grants=["workflow:*:read"])
+    memory_op(world, "svc", "write", scope="workflow", key="k", value=1,
               context={"workflow_id": "wf"})
-    read = memory_op(world, "other", "read", scope="workflow", key="k",
+    read = memory_op(world, "reader", "read", scope="workflow", key="k",
                      context={"workflow_id": "wf"})
     assert read["found"] and read["resolved_scope_id"] == "wf"
+    assert read["written_by"] == "svc"  # the writing principal of a shared-scope value
 
 
 # -- MEM-8: the memory principal of a session is its owner ----------------------------------
@@ -112,11 +122,14 @@ def test_mem8_admin_driving_a_session_writes_the_owners_user_scope(world: World)
     assert not admins["found"]
 
 
-def test_mem8_viewer_reads_under_the_session_as_the_owner(world: World) -> None:
+def test_mem8_reading_under_a_session_reads_the_owners_scope(world: World) -> None:
     memory_op(world, "owner", "write", scope="user", key="pref", value="v")
-    read = memory_op(world, "viewer", "read", scope="user", key="pref",
+    read = memory_op(world, "admin", "read", scope="user", key="pref",
                      session_id=world.session_id)
     assert read["resolved_scope_id"] == USERS["owner"] and read["value"] == "v"
+    viewer = world.call("viewer", "POST", "/v1/memory/read",  # viewing never reaches memory
+                        {"scope": "user", "key": "pref", "session_id": world.session_id})
+    assert viewer.status_code == 403 and "v" not in viewer.json()
 
 
 def test_mem8_ownerless_session_refuses_the_user_scope(world: World) -> None:
@@ -132,12 +145,12 @@ def test_mem8_ownerless_session_refuses_the_user_scope(world: World) -> None:
 def test_mem8_session_scope_is_the_session(world: World) -> None:
     sid = world.session_id
     memory_op(world, "owner", "write", scope="session", key="notes", value="n", session_id=sid)
-    read = memory_op(world, "viewer", "read", scope="session", key="notes", session_id=sid)
+    read = memory_op(world, "admin", "read", scope="session", key="notes", session_id=sid)
     assert read["resolved_scope_id"] == sid and read["value"] == "n"
 
 
 def test_identity_never_comes_from_the_body(world: World) -> None:
-    response = world.call("anonymous", "POST", "/v1/memory/write",
+    response = world.call("other", "POST", "/v1/memory/write",
                           {"scope": "user", "key": "k", "value": 1,
                            "context": {"user_id": "alice"}})
     assert response.status_code == 400 and "user_id" in response.json()["error"]
@@ -291,8 +304,11 @@ def test_a_bad_credential_is_refused_not_anonymous(world: World, header: str) ->
 
 
 def test_whoami(world: World) -> None:
-    assert world.call("anonymous", "GET", "/v1/whoami").json() == {"success": True, "data": {
-        "user_id": None, "admin": False, "anonymous": True}}
+    assert world.call("anonymous", "GET", "/v1/whoami").status_code == 401  # closed by default
+    assert world.call("owner", "GET", "/v1/whoami").json() == {"success": True, "data": {
+        "user_id": "alice", "admin": False, "anonymous": False}}
+    assert make_world(settings=OPEN).call("anonymous", "GET", "/v1/whoami").json() == {
+        "success": True, "data": {"user_id": None, "admin": False, "anonymous": True}}
     assert world.call("admin", "GET", "/v1/whoami").json()["data"]["admin"] is True
 
 
@@ -325,7 +341,8 @@ def test_limits_answer_clear_errors() -> None:
                                   b"{not json", b"\xff\xfe", b"", b"null", b"[]", b'"x"'])
 def test_hostile_bodies_are_400_never_500(world: World, body: bytes) -> None:
     response = world.client.post("/v1/memory/write", content=body,
-                                 headers={"Content-Type": "application/json"})
+                                 headers={**world.headers("owner"),
+                                          "Content-Type": "application/json"})
     assert response.status_code == 400, response.text
     assert response.json()["success"] is False and response.json()["error_code"].startswith(
         ("body_", "invalid_field"))
@@ -349,8 +366,8 @@ def test_lone_surrogates_round_trip(world: World) -> None:
 
 
 def test_key_conflict_is_409(world: World) -> None:
-    memory_op(world, "owner", "write", scope="global", key="k", value=1)
-    response = world.call("owner", "POST", "/v1/memory/append",
+    memory_op(world, "admin", "write", scope="global", key="k", value=1)
+    response = world.call("admin", "POST", "/v1/memory/append",
                           {"scope": "global", "key": "k", "messages": [{"role": "user"}]})
     assert response.status_code == 409 and response.json()["error_code"] == "key_conflict"
 
@@ -361,7 +378,7 @@ def test_invalid_message_is_400(world: World) -> None:
     assert response.status_code == 400
     response = world.call("owner", "POST", "/v1/memory/read", {"scope": "galaxy", "key": "k"})
     assert response.status_code == 400
-    response = world.call("owner", "POST", "/v1/memory/read", {"scope": "global", "key": "a\x00"})
+    response = world.call("owner", "POST", "/v1/memory/read", {"scope": "user", "key": "a\x00"})
     assert response.status_code == 400
 
 
@@ -371,7 +388,7 @@ def test_store_failure_is_503(world: World, monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(world.memory.store, "write", down)
     response = world.call("owner", "POST", "/v1/memory/write",
-                          {"scope": "global", "key": "k", "value": 1})
+                          {"scope": "user", "key": "k", "value": 1})
     assert response.status_code == 503 and response.json()["error_code"] == "store_unavailable"
     assert "database is down" not in response.text  # API-7: the driver's text stays in the log
 

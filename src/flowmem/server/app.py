@@ -35,6 +35,7 @@ from . import routes_memory, routes_meta, routes_sessions
 from .auth import TokenBackend
 from .deps import ServerState, strict_query
 from .gate import BodyGate, Failures, HostGate, new_request_id
+from .ratelimit import RateLimiter
 from .responses import ERROR_RESPONSES, ApiError, AsciiJSONResponse, ErrorBody, error_response
 from .sessions import SessionRegistry
 from .settings import Settings
@@ -155,11 +156,14 @@ def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     components.pop("HTTPValidationError", None)
     components.pop("ValidationError", None)
     components["Error"] = ErrorBody
-    for operations in schema.get("paths", {}).values():
+    for path, operations in schema.get("paths", {}).items():
         for operation in operations.values():
             operation.get("responses", {}).pop("422", None)
-            # The token is optional (anonymous callers) unless the operation needs an identity.
-            if operation.get("security") and not operation.pop("x-requires-identity", False):
+            # The token is optional only where the service opted in to anonymous callers.
+            needs_identity = (operation.pop("x-requires-identity", False)
+                              or path.startswith("/v1/sessions"))
+            if operation.get("security") and settings.anonymous is not None \
+                    and not needs_identity:
                 operation["security"] = [*operation["security"], {}]
             for answer in operation.get("responses", {}).values():
                 if "Retry-After" not in answer.get("headers", {}) and \
@@ -176,7 +180,8 @@ def create_app(memory: Memory, settings: Settings | None = None) -> FastAPI:
                   default_response_class=AsciiJSONResponse, responses=ERROR_RESPONSES,
                   dependencies=[Depends(strict_query)], redirect_slashes=False)
     app.state.flowmem = ServerState(memory=memory, tokens=TokenBackend(memory.store),
-                                    sessions=SessionRegistry(memory.store), settings=settings)
+                                    sessions=SessionRegistry(memory.store), settings=settings,
+                                    limiter=RateLimiter(settings.rate_limit, settings.burst))
     for module in (routes_meta, routes_sessions, routes_memory):
         app.include_router(module.router)
     _install_handlers(app)

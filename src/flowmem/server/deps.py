@@ -12,8 +12,9 @@ from fastapi.security import HTTPBearer
 from ..access import Action, Principal, SessionRecord, authorize
 from ..memory import HistoryResult, Memory, ScopedAppendResult
 from ..scopes import ExecutionContext
-from .auth import InvalidCredentials, TokenBackend
+from .auth import InvalidCredentials, TokenBackend, hash_token
 from .limits import check_messages
+from .ratelimit import RateLimiter
 from .responses import ApiError
 from .sessions import SessionRegistry
 from .settings import Settings
@@ -48,6 +49,7 @@ class ServerState:
     tokens: TokenBackend
     sessions: SessionRegistry
     settings: Settings
+    limiter: RateLimiter
 
 
 def state(request: Request) -> ServerState:
@@ -57,12 +59,32 @@ def state(request: Request) -> ServerState:
 
 
 def caller(request: Request, _: Annotated[object, Depends(_bearer)]) -> Principal:
-    """The caller, from the bearer token only (anonymous without one)."""
+    """The caller, from the bearer token only; then the caller's rate limit.
+
+    Without a token: 401, unless the service opted in to anonymous use of
+    the shared scopes (``Settings.anonymous``), when the caller is anonymous.
+    """
+    server = state(request)
+    header = request.headers.get("authorization")
+    if header is None and server.settings.anonymous is None:
+        raise ApiError("unauthenticated", "this service needs a bearer token",
+                       headers={"WWW-Authenticate": "Bearer"})
+    client = f"client:{request.client.host if request.client else '?'}"
     try:
-        return state(request).tokens.authenticate(request.headers.get("authorization"))
+        principal = server.tokens.authenticate(header)
     except InvalidCredentials as exc:
+        _limit(server, client)  # guessing tokens is limited per client address
         raise ApiError("invalid_token", str(exc),
                        headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}) from None
+    _limit(server, client if header is None else f"token:{hash_token(header)}")
+    return principal
+
+
+def _limit(server: ServerState, key: str) -> None:
+    wait = server.limiter.take(key)
+    if wait:
+        raise ApiError("rate_limited", f"too many requests; retry after {wait} s",
+                       headers={"Retry-After": str(wait)})
 
 
 def identified(principal: Annotated[Principal, Depends(caller)]) -> Principal:
@@ -117,6 +139,8 @@ def session_for(server: ServerState, principal: Principal, session_id: str,
         return record
     if not decision.visible:  # absence before denial: never reveal a foreign session
         raise ApiError("session_not_found", "no such session")
+    if action is Action.EDIT_MESSAGE and not principal.admin:
+        raise ApiError("messages_immutable", decision.reason)
     raise ApiError("forbidden", decision.reason)
 
 

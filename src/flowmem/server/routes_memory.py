@@ -1,9 +1,10 @@
-"""Memory endpoints for a runtime: read, write, delete, append under a scope.
+"""Memory endpoints for a runtime: read, write, delete, append, history under a scope.
 
 The execution ids come from the request; the user id from the token only.
-Under a session (``session_id``: view it to read, drive it to write) the
-``user`` scope is the session OWNER, only when the owner is a real user —
-never whoever drives (MEM-8) — and the ``session`` scope is that session.
+Who may reach what is :func:`.guard.memory_context` (sessions need drive
+rights, shared scopes need grants). Under a session the ``user`` scope is
+the session OWNER, only when the owner is a real user — never whoever
+drives (MEM-8) — and the ``session`` scope is that session.
 
 A refused scope (MEM-6, MEM-13) answers the neutral MEM-7 result with
 status 200 and ``refused: true``: a read ``found: false`` with the default,
@@ -19,18 +20,10 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from ..access import Action, Principal
+from ..access import SHARED_SCOPES, Level
 from ..memory import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
-from ..scopes import ExecutionContext
-from .deps import (
-    Caller,
-    Server,
-    ServerState,
-    append_and_echo,
-    history_page,
-    positioned,
-    session_for,
-)
+from .deps import Caller, Server, append_and_echo, history_page, positioned
+from .guard import forget_writer, memory_context, record_writer, stamp, written_by
 from .limits import check_value, json_bytes
 from .models import (
     AppendBody,
@@ -47,20 +40,10 @@ from .models import (
     WriteOut,
 )
 from .responses import ApiError, AsciiJSONResponse, clamp_page, ok, paged
-from .sessions import session_context
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/memory", tags=["memory"])
-
-
-def _context(server: ServerState, principal: Principal, body: ScopedBody,
-             action: Action) -> ExecutionContext:
-    ids = body.context.model_dump()
-    if body.session_id is None:
-        return ExecutionContext(user_id=principal.user_id, **ids)
-    record = session_for(server, principal, body.session_id, action)
-    return session_context(record, **ids)
 
 
 def _where(result: ReadResult | WriteResult | DeleteResult | ScopedAppendResult | HistoryResult,
@@ -73,15 +56,17 @@ def _where(result: ReadResult | WriteResult | DeleteResult | ScopedAppendResult 
              summary="Read a key (refused scope: 200, found false, refused true)")
 def read(body: ReadBody, principal: Caller,
          server: Server) -> AsciiJSONResponse:
-    context = _context(server, principal, body, Action.VIEW)
+    context = memory_context(server, principal, body, Level.READ)
     result = server.memory.read(body.scope, body.key, context=context, default=body.default)
     limit = server.settings.limits.max_read_bytes
     if result.found and json_bytes(result.value) > limit:
         raise ApiError("read_too_large",
                        f"the value is larger than {limit} bytes: page a conversation with "
                        f"POST /v1/memory/history")
+    writer = (written_by(server.memory.store, body.scope, result.resolved_scope_id, body.key)
+              if result.found else None)
     return ok({**_where(result), "value": result.value, "found": result.found,
-               "written_by": None})
+               "written_by": writer})
 
 
 @router.post("/write", response_model=Ok[WriteOut],
@@ -89,8 +74,11 @@ def read(body: ReadBody, principal: Caller,
 def write(body: WriteBody, principal: Caller,
           server: Server) -> AsciiJSONResponse:
     check_value(body.value, server.settings.limits)
-    context = _context(server, principal, body, Action.DRIVE)
+    context = memory_context(server, principal, body, Level.WRITE, erases=True)
     result = server.memory.write(body.scope, body.key, body.value, context=context)
+    if result.ok:
+        record_writer(server.memory.store, body.scope, result.resolved_scope_id, body.key,
+                      principal)
     return ok({**_where(result), "ok": result.ok})
 
 
@@ -98,8 +86,10 @@ def write(body: WriteBody, principal: Caller,
              summary="Delete a key (refused scope: 200, ok false, refused true)")
 def delete(body: ScopedBody, principal: Caller,
            server: Server) -> AsciiJSONResponse:
-    context = _context(server, principal, body, Action.DRIVE)
+    context = memory_context(server, principal, body, Level.WRITE, erases=True)
     result = server.memory.delete(body.scope, body.key, context=context)
+    if result.found:
+        forget_writer(server.memory.store, body.scope, result.resolved_scope_id, body.key)
     return ok({**_where(result), "ok": result.ok, "found": result.found})
 
 
@@ -107,8 +97,11 @@ def delete(body: ScopedBody, principal: Caller,
              summary="Append to a conversation, MEM-1..14 (refused scope: 200, count 0)")
 def append(body: AppendBody, principal: Caller,
            server: Server) -> AsciiJSONResponse:
-    context = _context(server, principal, body, Action.DRIVE)
+    context = memory_context(server, principal, body, Level.WRITE,
+                             erases=body.max_messages is not None)
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
+    if body.scope in SHARED_SCOPES:
+        messages = stamp(messages, principal)
     result, echo = append_and_echo(server, body.scope, body.key, messages, context,
                                    body.max_messages)
     return ok({**_where(result), **echo})
@@ -124,7 +117,7 @@ def history(body: HistoryBody, principal: Caller,
                                  "locator": "body.last"}])
     limit, offset = clamp_page(body.limit if body.last is None else body.last, body.offset,
                                server.settings.page_size)
-    context = _context(server, principal, body, Action.VIEW)
+    context = memory_context(server, principal, body, Level.READ)
     page, total = history_page(server, body.scope, body.key, context, limit=limit,
                                offset=offset, before=body.before)
     return paged({**_where(page), "messages": positioned(page), "before": page.before},

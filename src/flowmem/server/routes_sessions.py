@@ -1,8 +1,10 @@
 """Session endpoints: create, get, list mine, grant/revoke view, and driving.
 
-Driving (append a turn, stop, reset) is for the owner or an admin only;
-viewers read, never drive (MEM-9). Editing a stored message is admin-only
-(MEM-15). Every access question goes to :func:`flowmem.access.authorize`.
+Every route needs a token. Driving (append a turn, stop, reset) is for the
+owner or an admin only; viewers read, never drive (MEM-9). Editing,
+deleting or evicting (``max_messages``) stored messages is admin-only
+(MEM-15); a stopped session takes no turn. Every access question goes to
+:func:`flowmem.access.authorize`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from ..ids import usable_id
 from ..messages import canonical_message
 from ..scopes import StorageKey, resolve_scope
 from .deps import (
-    Caller,
     Identified,
     Server,
     ServerState,
@@ -62,10 +63,7 @@ def _out(server: ServerState, principal: Principal, record: SessionRecord) -> di
     return data
 
 
-NEEDS_IDENTITY = {"x-requires-identity": True}
-
-
-@router.post("", status_code=201, response_model=Ok[SessionOut], openapi_extra=NEEDS_IDENTITY,
+@router.post("", status_code=201, response_model=Ok[SessionOut],
              summary="Create a session owned by the caller (owner_less: admin only)")
 def create_session(body: SessionCreate, principal: Identified,
                    server: Server) -> AsciiJSONResponse:
@@ -78,7 +76,7 @@ def create_session(body: SessionCreate, principal: Identified,
     return ok(_out(server, principal, record), 201)
 
 
-@router.get("", response_model=Page[list[SessionOut]], openapi_extra=NEEDS_IDENTITY,
+@router.get("", response_model=Page[list[SessionOut]],
             summary="List the sessions I own (or may view), API-6 paging")
 def list_sessions(principal: Identified, server: Server, role: Role = "owner",
                   limit: Limit = None, offset: Offset = None) -> AsciiJSONResponse:
@@ -89,7 +87,7 @@ def list_sessions(principal: Identified, server: Server, role: Role = "owner",
 
 
 @router.get("/{session_id}", response_model=Ok[SessionOut], summary="Get a session (viewers too)")
-def get_session(session_id: str, principal: Caller,
+def get_session(session_id: str, principal: Identified,
                 server: Server) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.VIEW)
     return ok(_out(server, principal, record))
@@ -97,7 +95,7 @@ def get_session(session_id: str, principal: Caller,
 
 @router.post("/{session_id}/viewers", response_model=Ok[SessionOut],
              summary="Grant view to a user (owner or admin)")
-def grant_view(session_id: str, body: GrantBody, principal: Caller,
+def grant_view(session_id: str, body: GrantBody, principal: Identified,
                server: Server) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.MANAGE)
     grantee = usable_id(body.user_id)
@@ -115,7 +113,7 @@ def grant_view(session_id: str, body: GrantBody, principal: Caller,
 
 @router.delete("/{session_id}/viewers/{user_id}", response_model=Ok[SessionOut],
                summary="Revoke a user's view (owner or admin)")
-def revoke_view(session_id: str, user_id: str, principal: Caller,
+def revoke_view(session_id: str, user_id: str, principal: Identified,
                 server: Server) -> AsciiJSONResponse:
     session_for(server, principal, session_id, Action.MANAGE)
     return _updated(server, principal, server.sessions.revoke(session_id, user_id.strip()))
@@ -128,9 +126,11 @@ def _writable(record: SessionRecord) -> None:
 
 @router.post("/{session_id}/turns", response_model=Ok[TurnOut],
              summary="Drive: append a turn (owner or admin, MEM-9; MEM-1..14 semantics)")
-def append_turn(session_id: str, body: TurnBody, principal: Caller,
+def append_turn(session_id: str, body: TurnBody, principal: Identified,
                 server: Server) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.DRIVE)
+    if body.max_messages is not None:  # evicting session messages: admin only (MEM-15)
+        session_for(server, principal, session_id, Action.EDIT_MESSAGE)
     _writable(record)
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
     _, echo = append_and_echo(server, "session", TRANSCRIPT_KEY, messages,
@@ -142,7 +142,7 @@ def append_turn(session_id: str, body: TurnBody, principal: Caller,
 
 @router.post("/{session_id}/stop", response_model=Ok[SessionOut],
              summary="Drive: stop the session (owner or admin, MEM-9)")
-def stop_session(session_id: str, principal: Caller, server: Server,
+def stop_session(session_id: str, principal: Identified, server: Server,
                  body: Optional = None) -> AsciiJSONResponse:
     session_for(server, principal, session_id, Action.DRIVE)
     return _updated(server, principal, server.sessions.set_status(session_id, "stopped"))
@@ -150,7 +150,7 @@ def stop_session(session_id: str, principal: Caller, server: Server,
 
 @router.post("/{session_id}/reset", response_model=Ok[SessionOut],
              summary="Drive: clear the session's memory; status idle (owner or admin)")
-def reset_session(session_id: str, principal: Caller, server: Server,
+def reset_session(session_id: str, principal: Identified, server: Server,
                   body: Optional = None) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.DRIVE)
     context = session_context(record)
@@ -164,7 +164,7 @@ def reset_session(session_id: str, principal: Caller, server: Server,
 
 @router.get("/{session_id}/messages", response_model=Page[MessagePage],
             summary="A page of the session's messages, oldest first (viewers too)")
-def list_messages(session_id: str, principal: Caller, server: Server,
+def list_messages(session_id: str, principal: Identified, server: Server,
                   limit: Limit = None, offset: Offset = None,
                   before: Cursor = None) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.VIEW)
@@ -189,7 +189,7 @@ def _transcript(record: SessionRecord) -> StorageKey:
 
 @router.put("/{session_id}/messages/{position}", response_model=Ok[PositionedMessage],
             summary="Replace one message (admin only, MEM-15)")
-def update_message(session_id: str, position: Position, body: EditBody, principal: Caller,
+def update_message(session_id: str, position: Position, body: EditBody, principal: Identified,
                    server: Server) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.EDIT_MESSAGE)
     raw = body.message.model_dump(exclude_unset=True)
@@ -202,7 +202,7 @@ def update_message(session_id: str, position: Position, body: EditBody, principa
 
 @router.delete("/{session_id}/messages/{position}", response_model=Ok[PositionedMessage],
                summary="Delete one message (admin only, MEM-15)")
-def delete_message(session_id: str, position: Position, principal: Caller,
+def delete_message(session_id: str, position: Position, principal: Identified,
                    server: Server) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.EDIT_MESSAGE)
     key = _transcript(record)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..access import AccessHook
+from ..access import AccessHook, Level
 from .limits import Limits
 
 __all__ = ["Settings"]
@@ -24,7 +24,10 @@ class Settings:
     (clamped to 100, API-6). ``read_timeout`` bounds the seconds a request
     body may take to arrive. ``allowed_hosts`` (``None``: any) are the
     ``Host`` names answered (``flowmem serve`` sets the loopback names when
-    bound to loopback).
+    bound to loopback). ``anonymous`` is what a caller without a token may
+    do on the shared scopes (``None``: nothing — every ``/v1`` route then
+    needs a token). ``rate_limit`` requests a second per token on average,
+    in bursts of ``burst`` (``0``: no limit).
     """
 
     limits: Limits = field(default_factory=Limits)
@@ -33,5 +36,8 @@ class Settings:
     page_size: int = 50
     echo: int = 50
     max_viewers: int = 100
-    read_timeout: float = 10.0
+    read_timeout: float = 8.0
     allowed_hosts: tuple[str, ...] | None = None
+    anonymous: Level | None = None
+    rate_limit: float = 50.0
+    burst: int = 100
