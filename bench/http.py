@@ -53,6 +53,7 @@ def serve(store: str) -> Iterator[str]:
     """A running ``flowmem serve`` on ``store``; yields its base URL."""
     port = _free_port()
     process = subprocess.Popen(_flowmem("serve", "--store", store, "--port", str(port),
+                                        "--rate-limit", "0",
                                         "--log-level", "warning"))
     base = f"http://127.0.0.1:{port}"
     try:

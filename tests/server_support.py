@@ -10,7 +10,11 @@ and that code's status; a JSON result is ``{success: true, data[, pagination]}``
 from __future__ import annotations
 
 import json
+import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -19,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -170,3 +175,47 @@ def app_routes(app: FastAPI) -> set[tuple[str, str]]:
     found: set[tuple[str, str]] = set()
     _walk(list(app.routes), found)
     return found
+
+
+def flowmem(*args: str) -> list[str]:
+    """The ``flowmem`` command line."""
+    script = shutil.which("flowmem")
+    return [script, *args] if script else [sys.executable, "-m", "flowmem.cli", *args]
+
+
+@contextmanager
+def serving(store: str, port: int, *options: str,
+            output: list[str] | None = None) -> Iterator[httpx.Client]:
+    """A real ``flowmem serve`` process on ``port``; yields a client; SIGTERM at the end.
+
+    ``output`` (if given) receives what the process printed.
+    """
+    process = subprocess.Popen(flowmem("serve", "--store", store, "--port", str(port),
+                                       "--log-level", "warning", *options),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert process.poll() is None, process.communicate()[0].decode()
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "flowmem serve did not come up"
+            time.sleep(0.05)
+        with httpx.Client(base_url=base, timeout=10) as client:
+            yield client
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        printed = process.communicate()[0].decode("utf-8", "replace")
+        if output is not None:
+            output.append(printed)
+        # uvicorn shuts down gracefully, then re-raises the signal: -SIGTERM (or 0)
+        assert code in (0, -signal.SIGTERM), printed

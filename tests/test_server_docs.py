@@ -34,6 +34,7 @@ SESSIONS = {"README": (ROOT / "README.md", "## Run it as a service"),
 def test_shell_session_runs_as_written(name: str, tmp_path: Path) -> None:
     path, heading = SESSIONS[name]
     script = _block(path, heading).replace("8080", str(free_port()))
+    script = "trap 'kill $SERVER 2>/dev/null' EXIT\n" + script  # no server left on a failure
     env = {**os.environ, "TMPDIR": str(tmp_path),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("FLOWMEM_STORE", None)

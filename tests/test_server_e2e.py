@@ -3,54 +3,11 @@
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from server_support import free_port
-
-
-def flowmem(*args: str) -> list[str]:
-    script = shutil.which("flowmem")
-    return [script, *args] if script else [sys.executable, "-m", "flowmem.cli", *args]
-
-
-@contextmanager
-def serving(store: str, port: int) -> Iterator[httpx.Client]:
-    process = subprocess.Popen(flowmem("serve", "--store", store, "--port", str(port),
-                                       "--log-level", "warning"),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            assert process.poll() is None, process.communicate()[0].decode()
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "flowmem serve did not come up"
-            time.sleep(0.05)
-        with httpx.Client(base_url=base, timeout=10) as client:
-            yield client
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            code = process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            raise
-        # uvicorn shuts down gracefully, then re-raises the signal: -SIGTERM (or 0)
-        assert code in (0, -signal.SIGTERM), process.communicate()[0].decode()
+from server_support import flowmem, free_port, serving
 
 
 def test_serve_stop_restart_nothing_lost(tmp_path: Path) -> None:
