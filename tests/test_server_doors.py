@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from flowmem.errors import StoreBusy, StoreError
 from flowmem.server.registry import reserved
@@ -262,3 +264,33 @@ def test_refusal_codes_seen_so_far() -> None:
     """Every refusal of this run was checked against the table by ``check_envelope``."""
     print(f"\nrefusals by code so far: {dict(sorted(REFUSALS.items()))}")
     assert set(REFUSALS) <= set(ERROR_CODES)
+
+
+_WORLD = make_world()
+_JSONISH = st.one_of(
+    st.binary(max_size=200),
+    st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                 lambda inner: st.lists(inner, max_size=4)
+                 | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+                 max_leaves=20).map(lambda v: json.dumps(v).encode()))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(body=_JSONISH, door=st.sampled_from([r for r in ROUTES if r[0] in ("POST", "PUT")]))
+def test_any_body_on_any_door_is_answered_never_a_5xx(body: bytes,
+                                                      door: tuple[str, str]) -> None:
+    """Property (STORE-1, API-7): whatever the bytes, an envelope and never a 5xx; a refusal
+    of a malformed or non-finite body is the gate's."""
+    method, path = door
+    response = _WORLD.client.request(method, _url(path, _WORLD), content=body, headers={
+        **_WORLD.headers("admin"), "Content-Type": "application/json"})
+    assert response.status_code < 500, response.text
+    if not body:
+        return  # an absent body reads as {} (API-1): the door's own answer
+    try:
+        document = json.loads(body)
+    except ValueError:
+        document = None
+        assert response.json()["error_code"].startswith("body_")
+    if isinstance(document, str | int | float | bool) or (body.strip() == b"null"):
+        assert response.json()["error_code"] in ("body_not_container", "body_bad_number")
