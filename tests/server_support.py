@@ -205,7 +205,8 @@ def serving(store: str, port: int, *options: str,
                 pass
             assert time.monotonic() < deadline, "flowmem serve did not come up"
             time.sleep(0.05)
-        with httpx.Client(base_url=base, timeout=10) as client:
+        with httpx.Client(base_url=base, timeout=10,
+                          event_hooks={"response": [check_envelope]}) as client:
             yield client
     finally:
         process.send_signal(signal.SIGTERM)

@@ -20,7 +20,7 @@ import httpx
 
 from flowmem.memory import Memory
 from flowmem.server import create_app
-from server_support import live_server
+from server_support import check_envelope, live_server
 
 USERS = [f"u{i:02d}" for i in range(20)]
 SESSIONS_PER_USER = 5
@@ -50,8 +50,9 @@ def test_no_foreign_canary_in_any_response(tmp_path: Path) -> None:
     app = create_app(memory)
     tokens = {u: app.state.flowmem.tokens.create(u) for u in USERS}
     audit = Audit()
-    with live_server(app) as base, httpx.Client(base_url=base, timeout=30,
-                                                limits=httpx.Limits(max_connections=32)) as http:
+    with live_server(app) as base, httpx.Client(
+            base_url=base, timeout=30, limits=httpx.Limits(max_connections=32),
+            event_hooks={"response": [check_envelope]}) as http:
 
         def call(user: str, method: str, path: str, body: Any = None,
                  params: dict[str, Any] | None = None) -> Any:
