@@ -53,6 +53,7 @@ def serve(store: str) -> Iterator[str]:
     """A running ``flowmem serve`` on ``store``; yields its base URL."""
     port = _free_port()
     process = subprocess.Popen(_flowmem("serve", "--store", store, "--port", str(port),
+                                        "--rate-limit", "0",
                                         "--log-level", "warning"))
     base = f"http://127.0.0.1:{port}"
     try:
@@ -86,7 +87,7 @@ def _client_loop(base: str, token: str, deadline: dict[str, float], latencies: l
                  start: threading.Barrier) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=base, headers=headers, timeout=60) as http:
-        sid = http.post("/v1/sessions", json={"title": "bench"}).json()["id"]
+        sid = http.post("/v1/sessions", json={"title": "bench"}).json()["data"]["id"]
         url = f"/v1/sessions/{sid}/turns"
         start.wait()  # every client has its session; the clock starts
         n = 0

@@ -1,22 +1,75 @@
-"""Shared helpers of the test_server_* files: an app, tokens per role, a seeded session."""
+"""Shared helpers of the server tests: an app, tokens per role, a seeded session.
+
+Every response any server test receives through :class:`CheckedClient` (or an
+httpx client with :func:`check_envelope` as a response hook) is checked
+against the envelopes (API-5, API-8): a refusal is
+``{success: false, error, error_code}`` with a code of the published table
+and that code's status; a JSON result is ``{success: true, data[, pagination]}``.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from flowmem.memory import Memory
 from flowmem.server import Settings, create_app
+from flowmem.server.responses import ERROR_CODES
+
+REFUSALS: Counter[str] = Counter()
+"""error_code -> how many refusals the tests of this run provoked."""
+_COUNT_LOCK = threading.Lock()
+
+
+def check_envelope(response: Any) -> None:
+    """Assert the envelope of one response (a refusal: a code from the table, API-8)."""
+    if response.request.url.path == "/openapi.json":
+        return
+    kind = response.headers.get("content-type", "")
+    if response.status_code >= 400:
+        assert kind.startswith("application/json"), (response.status_code, kind)
+    if not kind.startswith("application/json"):
+        return
+    response.read()
+    body = response.json()
+    if response.status_code >= 400:
+        assert body["success"] is False and isinstance(body["error"], str), body
+        code = body["error_code"]
+        assert code in ERROR_CODES, f"{code!r} is not in the published table"
+        assert ERROR_CODES[code][0] == response.status_code, (code, response.status_code)
+        assert set(body) <= {"success", "error", "error_code", "details", "request_id"}
+        with _COUNT_LOCK:
+            REFUSALS[code] += 1
+    else:
+        assert body["success"] is True and "data" in body, body
+        assert set(body) in ({"success", "data"}, {"success", "data", "pagination"}), body
+        if "pagination" in body:
+            assert list(body["pagination"]) == ["total", "limit", "offset", "has_more"]
+
+
+class CheckedClient(TestClient):
+    """A TestClient that checks the envelope of every response."""
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        response = super().request(*args, **kwargs)
+        check_envelope(response)
+        return response
 
 ROLES = ("anonymous", "owner", "viewer", "other", "admin")
 USERS = {"owner": "alice", "viewer": "bob", "other": "carol", "admin": "root"}
@@ -53,15 +106,19 @@ class World:
     def new_session(self, role: str, title: str = "", **extra: Any) -> str:
         response = self.call(role, "POST", "/v1/sessions", {"title": title, **extra})
         assert response.status_code == 201, response.text
-        return str(response.json()["id"])
+        return str(response.json()["data"]["id"])
 
 
 def make_world(store: str = "memory://", settings: Settings | None = None,
                seed: bool = True) -> World:
-    """A fresh app over ``store`` with a token per role (and a seeded session)."""
+    """A fresh app over ``store`` with a token per role (and a seeded session).
+
+    The rate limit is off unless ``settings`` ask for one (its own tests do).
+    """
     memory = Memory.from_url(store)
+    settings = settings or Settings(rate_limit=0.0)
     app = create_app(memory, settings)
-    world = World(app=app, client=TestClient(app), memory=memory)
+    world = World(app=app, client=CheckedClient(app), memory=memory)
     for role, user in USERS.items():
         world.tokens[role] = world.token_for(user, admin=role == "admin")
     if seed:
@@ -100,3 +157,66 @@ def live_server(app: FastAPI) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+def _walk(routes: list[Any], found: set[tuple[str, str]]) -> None:
+    for route in routes:
+        nested = getattr(route, "effective_candidates", None)  # FastAPI's included routers
+        if callable(nested):
+            _walk(nested(), found)
+        elif getattr(route, "methods", None):
+            found.update((m, route.path) for m in route.methods if m != "HEAD")
+        else:
+            raise AssertionError(f"a route the tests cannot read: {route!r}")
+
+
+def app_routes(app: FastAPI) -> set[tuple[str, str]]:
+    """Every (method, path) the app serves, from its route list."""
+    found: set[tuple[str, str]] = set()
+    _walk(list(app.routes), found)
+    return found
+
+
+def flowmem(*args: str) -> list[str]:
+    """The ``flowmem`` command line."""
+    script = shutil.which("flowmem")
+    return [script, *args] if script else [sys.executable, "-m", "flowmem.cli", *args]
+
+
+@contextmanager
+def serving(store: str, port: int, *options: str,
+            output: list[str] | None = None) -> Iterator[httpx.Client]:
+    """A real ``flowmem serve`` process on ``port``; yields a client; SIGTERM at the end.
+
+    ``output`` (if given) receives what the process printed.
+    """
+    process = subprocess.Popen(flowmem("serve", "--store", store, "--port", str(port),
+                                       "--log-level", "warning", *options),
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert process.poll() is None, process.communicate()[0].decode()
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "flowmem serve did not come up"
+            time.sleep(0.05)
+        with httpx.Client(base_url=base, timeout=10,
+                          event_hooks={"response": [check_envelope]}) as client:
+            yield client
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            raise
+        printed = process.communicate()[0].decode("utf-8", "replace")
+        if output is not None:
+            output.append(printed)
+        # uvicorn shuts down gracefully, then re-raises the signal: -SIGTERM (or 0)
+        assert code in (0, -signal.SIGTERM), printed

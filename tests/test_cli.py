@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from flowmem.cli import main
@@ -59,3 +61,36 @@ def test_serve_help_lists_its_options() -> None:
     for option in ("--store", "--host", "--port"):
         assert option in result.output
     assert "127.0.0.1" in result.output and "8080" in result.output
+
+
+def test_token_grants_expiry_list_and_revoke(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 't.db'}"
+    runner = CliRunner()
+    made = runner.invoke(main, ["token", "create", "--user", "svc", "--grant",
+                                "workflow:support-*:write", "--expires", "12h", "--store", url])
+    assert made.exit_code == 0, made.output
+    token = made.output.strip()
+    listed = runner.invoke(main, ["token", "list", "--json", "--store", url])
+    (row,) = [json.loads(line) for line in listed.output.splitlines()]
+    assert row["user_id"] == "svc" and row["grants"] == ["workflow:support-*:write"]
+    assert row["expires_at"] > row["created_at"] and token not in listed.output
+    assert runner.invoke(main, ["token", "revoke", row["id"], "--store", url]).exit_code == 0
+    store = open_store(url)
+    try:
+        assert TokenBackend(store).lookup(token) is None
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("args", [["--grant", "user:*:read"], ["--grant", "workflow:*"],
+                                  ["--expires", "soon"], ["--expires", "-1d"]])
+def test_token_create_refuses_bad_grants_and_durations(args: list[str]) -> None:
+    result = CliRunner().invoke(main, ["token", "create", "--user", "a", *args,
+                                       "--store", "memory://"])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+
+
+def test_serve_help_lists_the_security_options() -> None:
+    result = CliRunner().invoke(main, ["serve", "--help"])
+    for option in ("--anonymous", "--allowed-host", "--rate-limit", "--burst"):
+        assert option in result.output

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from flowmem.access import Action, Principal, SessionRecord
+from flowmem.access import Action, Level, Principal, SessionRecord
 from flowmem.errors import StoreUnavailable
 from flowmem.server import Limits, Settings, hash_token
 from flowmem.server.registry import RESERVED_SCOPE, reserved
@@ -27,7 +27,9 @@ def world() -> World:
 def memory_op(world: World, role: str, op: str, **body: Any) -> Any:
     response = world.call(role, "POST", f"/v1/memory/{op}", body)
     assert response.status_code == 200, response.text
-    return response.json()
+    body = response.json()
+    assert body["success"] is True
+    return body["data"]
 
 
 def all_keys(world: World) -> list[tuple[str, str, str]]:
@@ -36,9 +38,13 @@ def all_keys(world: World) -> list[tuple[str, str, str]]:
     return [(k.scope, k.scope_id, k.key) for k in data if k.scope != RESERVED_SCOPE]
 
 
+OPEN = Settings(anonymous=Level.WRITE, rate_limit=0.0)  # the --anonymous write opt-in
+
+
 # -- MEM-7: a refusal is neutral and reaches no backend ---------------------------------------
 def test_mem7_anonymous_user_scope_is_refused_neutrally_and_nothing_stored(
-        world: World, caplog: pytest.LogCaptureFixture) -> None:
+        caplog: pytest.LogCaptureFixture) -> None:
+    world = make_world(settings=OPEN)
     before = all_keys(world)
     with caplog.at_level(logging.WARNING, logger="flowmem"):
         write = memory_op(world, "anonymous", "write", scope="user", key="k", value="v",
@@ -49,7 +55,7 @@ def test_mem7_anonymous_user_scope_is_refused_neutrally_and_nothing_stored(
                            messages=[{"role": "user", "content": "hi"}])
     assert write == {"scope": "user", "resolved_scope_id": "", "refused": True, "ok": False}
     assert read == {"scope": "user", "resolved_scope_id": "", "refused": True,
-                    "value": "d", "found": False}
+                    "value": "d", "found": False, "written_by": None}
     assert delete == {"scope": "user", "resolved_scope_id": "", "refused": True,
                       "ok": False, "found": False}
     assert append == {"scope": "user", "resolved_scope_id": "", "refused": True, "count": 0,
@@ -59,8 +65,9 @@ def test_mem7_anonymous_user_scope_is_refused_neutrally_and_nothing_stored(
     assert len(refusals) == 4 and "'n1'" in refusals[0].getMessage()
 
 
-def test_memory_history_pages_a_conversation_and_refuses_neutrally(world: World) -> None:
+def test_memory_history_pages_a_conversation_and_refuses_neutrally() -> None:
     """MEM-14/MEM-7: a runtime reads the last N messages without loading the whole buffer."""
+    world = make_world(settings=OPEN)
     messages = [{"role": "user", "content": str(i)} for i in range(5)]
     memory_op(world, "owner", "append", scope="user", key="chat", messages=messages)
     page = memory_op(world, "owner", "history", scope="user", key="chat", last=2)
@@ -87,15 +94,20 @@ def test_user_scope_of_an_identified_caller_is_its_own(world: World) -> None:
     assert other["resolved_scope_id"] == "carol" and not other["found"]
     mine = memory_op(world, "owner", "read", scope="user", key="k")
     assert mine == {"scope": "user", "resolved_scope_id": "alice", "refused": False,
-                    "value": "mine", "found": True}
+                    "value": "mine", "found": True, "written_by": None}
 
 
 def test_global_and_workflow_scopes_come_from_the_request(world: World) -> None:
-    memory_op(world, "owner", "write", scope="workflow", key="k", value=1,
+    world.tokens["svc"] = world.app.state.flowmem.tokens.create(
+        "svc", grants=["workflow:wf:write"])
+    world.tokens["reader"] = world.app.state.flowmem.tokens.create(
+        "reader", grants=["workflow:*:read"])
+    memory_op(world, "svc", "write", scope="workflow", key="k", value=1,
               context={"workflow_id": "wf"})
-    read = memory_op(world, "other", "read", scope="workflow", key="k",
+    read = memory_op(world, "reader", "read", scope="workflow", key="k",
                      context={"workflow_id": "wf"})
     assert read["found"] and read["resolved_scope_id"] == "wf"
+    assert read["written_by"] == "svc"  # the writing principal of a shared-scope value
 
 
 # -- MEM-8: the memory principal of a session is its owner ----------------------------------
@@ -110,11 +122,14 @@ def test_mem8_admin_driving_a_session_writes_the_owners_user_scope(world: World)
     assert not admins["found"]
 
 
-def test_mem8_viewer_reads_under_the_session_as_the_owner(world: World) -> None:
+def test_mem8_reading_under_a_session_reads_the_owners_scope(world: World) -> None:
     memory_op(world, "owner", "write", scope="user", key="pref", value="v")
-    read = memory_op(world, "viewer", "read", scope="user", key="pref",
+    read = memory_op(world, "admin", "read", scope="user", key="pref",
                      session_id=world.session_id)
     assert read["resolved_scope_id"] == USERS["owner"] and read["value"] == "v"
+    viewer = world.call("viewer", "POST", "/v1/memory/read",  # viewing never reaches memory
+                        {"scope": "user", "key": "pref", "session_id": world.session_id})
+    assert viewer.status_code == 403 and "v" not in viewer.json()
 
 
 def test_mem8_ownerless_session_refuses_the_user_scope(world: World) -> None:
@@ -130,15 +145,15 @@ def test_mem8_ownerless_session_refuses_the_user_scope(world: World) -> None:
 def test_mem8_session_scope_is_the_session(world: World) -> None:
     sid = world.session_id
     memory_op(world, "owner", "write", scope="session", key="notes", value="n", session_id=sid)
-    read = memory_op(world, "viewer", "read", scope="session", key="notes", session_id=sid)
+    read = memory_op(world, "admin", "read", scope="session", key="notes", session_id=sid)
     assert read["resolved_scope_id"] == sid and read["value"] == "n"
 
 
 def test_identity_never_comes_from_the_body(world: World) -> None:
-    response = world.call("anonymous", "POST", "/v1/memory/write",
+    response = world.call("other", "POST", "/v1/memory/write",
                           {"scope": "user", "key": "k", "value": 1,
                            "context": {"user_id": "alice"}})
-    assert response.status_code == 400 and "user_id" in response.json()["message"]
+    assert response.status_code == 400 and "user_id" in response.json()["error"]
     response = world.call("other", "POST", "/v1/sessions", {"title": "t", "owner": "alice"})
     assert response.status_code == 400
     response = world.call("other", "POST", "/v1/memory/read",
@@ -151,7 +166,7 @@ def turn(world: World, role: str, *messages: dict[str, Any], sid: str | None = N
     response = world.call(role, "POST", f"/v1/sessions/{sid or world.session_id}/turns",
                           {"messages": list(messages)})
     assert response.status_code == 200, response.text
-    return response.json()
+    return response.json()["data"]
 
 
 def test_turns_have_the_full_append_semantics(world: World) -> None:
@@ -173,13 +188,14 @@ def test_stop_and_reset(world: World) -> None:
     sid = world.session_id
     memory_op(world, "owner", "write", scope="session", key="notes", value=1, session_id=sid)
     stopped = world.call("owner", "POST", f"/v1/sessions/{sid}/stop")
-    assert stopped.json()["status"] == "stopped"
+    assert stopped.json()["data"]["status"] == "stopped"
     refused = world.call("owner", "POST", f"/v1/sessions/{sid}/turns",
                          {"messages": [{"role": "user", "content": "x"}]})
-    assert refused.status_code == 409
+    assert refused.status_code == 409 and refused.json()["error_code"] == "session_stopped"
     reset = world.call("owner", "POST", f"/v1/sessions/{sid}/reset")
-    assert reset.json()["status"] == "active"
-    assert world.call("owner", "GET", f"/v1/sessions/{sid}/messages").json()["messages"] == []
+    assert reset.json()["data"]["status"] == "idle"  # nothing ran since the reset (STORE-12)
+    page = world.call("owner", "GET", f"/v1/sessions/{sid}/messages").json()
+    assert page["data"]["messages"] == [] and page["pagination"]["total"] == 0
     notes = memory_op(world, "owner", "read", scope="session", key="notes", session_id=sid)
     assert not notes["found"]
 
@@ -192,7 +208,7 @@ def test_messages_are_paginated_with_cursors(world: World) -> None:
     for _ in range(10):
         params = {"limit": 3} if before is None else {"limit": 3, "before": before}
         page = world.call("viewer", "GET", f"/v1/sessions/{world.session_id}/messages",
-                          params=params).json()
+                          params=params).json()["data"]
         seen = [m["message"]["content"] for m in page["messages"]] + seen
         before = page["before"]
         if before is None:
@@ -207,12 +223,16 @@ def test_mem15_only_admin_edits_messages(world: World) -> None:
     assert world.call("owner", "PUT", url, edit).status_code == 403
     assert world.call("owner", "DELETE", url).status_code == 403
     updated = world.call("admin", "PUT", url, edit)
-    assert updated.status_code == 200 and updated.json()["message"]["content"] == "redacted"
+    assert updated.status_code == 200
+    assert updated.json()["data"]["message"]["content"] == "redacted"
     assert world.call("admin", "PUT", f"/v1/sessions/{sid}/messages/99", edit).status_code == 404
     deleted = world.call("admin", "DELETE", url)
-    assert deleted.status_code == 200 and deleted.json()["message"]["content"] == "redacted"
-    assert world.call("admin", "DELETE", url).status_code == 404
-    assert world.call("owner", "GET", f"/v1/sessions/{sid}/messages").json()["messages"] == []
+    assert deleted.status_code == 200
+    assert deleted.json()["data"]["message"]["content"] == "redacted"
+    gone = world.call("admin", "DELETE", url)
+    assert gone.status_code == 404 and gone.json()["error_code"] == "message_not_found"
+    page = world.call("owner", "GET", f"/v1/sessions/{sid}/messages").json()["data"]
+    assert page["messages"] == []
 
 
 def test_mem15_hook_adds_denials_over_http() -> None:
@@ -223,7 +243,8 @@ def test_mem15_hook_adds_denials_over_http() -> None:
     sid = world.new_session("owner")
     denied = world.call("owner", "POST", f"/v1/sessions/{sid}/turns",
                         {"messages": [{"role": "user", "content": "x"}]})
-    assert denied.status_code == 403 and "hook" in denied.json()["message"]
+    assert denied.status_code == 403 and "hook" in denied.json()["error"]
+    assert denied.json()["error_code"] == "forbidden"
     assert world.call("owner", "GET", f"/v1/sessions/{sid}").status_code == 200
 
 
@@ -240,27 +261,29 @@ def test_grant_and_revoke_view(world: World) -> None:
     sid = world.session_id
     assert world.call("other", "GET", f"/v1/sessions/{sid}").status_code == 404
     granted = world.call("owner", "POST", f"/v1/sessions/{sid}/viewers", {"user_id": "carol"})
-    assert "carol" in granted.json()["viewers"]
-    assert world.call("other", "GET", f"/v1/sessions/{sid}").json()["viewers"] == []
+    assert "carol" in granted.json()["data"]["viewers"]
+    assert world.call("other", "GET", f"/v1/sessions/{sid}").json()["data"]["viewers"] == []
     shared = world.call("other", "GET", "/v1/sessions", params={"role": "viewer"}).json()
-    assert [s["id"] for s in shared["sessions"]] == [sid]
+    assert [s["id"] for s in shared["data"]] == [sid] and shared["pagination"]["total"] == 1
     world.call("owner", "DELETE", f"/v1/sessions/{sid}/viewers/carol")
     assert world.call("other", "GET", f"/v1/sessions/{sid}").status_code == 404
     shared = world.call("other", "GET", "/v1/sessions", params={"role": "viewer"}).json()
-    assert shared["sessions"] == []
+    assert shared["data"] == [] and shared["pagination"]["total"] == 0
 
 
 def test_list_mine_pages(world: World) -> None:
     made = {world.session_id} | {world.new_session("owner", f"s{i}") for i in range(4)}
     world.new_session("other", "not mine")
     seen: list[str] = []
-    after = None
+    offset = 0
     while True:
-        params = {"limit": 2} if after is None else {"limit": 2, "after": after}
-        page = world.call("owner", "GET", "/v1/sessions", params=params).json()
-        seen += [s["id"] for s in page["sessions"]]
-        after = page["next"]
-        if after is None:
+        page = world.call("owner", "GET", "/v1/sessions",
+                          params={"limit": 2, "offset": offset}).json()
+        assert page["pagination"] == {"total": 5, "limit": 2, "offset": offset,
+                                      "has_more": offset + 2 < 5}
+        seen += [s["id"] for s in page["data"]]
+        offset += 2
+        if not page["pagination"]["has_more"]:
             break
     assert sorted(seen) == sorted(made)
 
@@ -276,13 +299,17 @@ def test_tokens_are_stored_hashed(world: World) -> None:
 @pytest.mark.parametrize("header", ["Bearer nope", "Basic YWxpY2U6eA==", "Bearer", "x"])
 def test_a_bad_credential_is_refused_not_anonymous(world: World, header: str) -> None:
     response = world.client.get("/v1/whoami", headers={"Authorization": header})
-    assert response.status_code == 401 and response.headers["www-authenticate"] == "Bearer"
+    assert response.status_code == 401 and response.json()["error_code"] == "invalid_token"
+    assert response.headers["www-authenticate"].startswith("Bearer")
 
 
 def test_whoami(world: World) -> None:
-    assert world.call("anonymous", "GET", "/v1/whoami").json() == {
-        "user_id": None, "admin": False, "anonymous": True}
-    assert world.call("admin", "GET", "/v1/whoami").json()["admin"] is True
+    assert world.call("anonymous", "GET", "/v1/whoami").status_code == 401  # closed by default
+    assert world.call("owner", "GET", "/v1/whoami").json() == {"success": True, "data": {
+        "user_id": "alice", "admin": False, "anonymous": False}}
+    assert make_world(settings=OPEN).call("anonymous", "GET", "/v1/whoami").json() == {
+        "success": True, "data": {"user_id": None, "admin": False, "anonymous": True}}
+    assert world.call("admin", "GET", "/v1/whoami").json()["data"]["admin"] is True
 
 
 # -- limits and errors ----------------------------------------------------------------------------
@@ -294,31 +321,38 @@ def test_limits_answer_clear_errors() -> None:
     world = make_world(settings=SMALL)
     url = f"/v1/sessions/{world.session_id}/turns"
     big = world.call("owner", "POST", url, {"messages": [{"role": "user", "content": "x" * 5000}]})
-    assert big.status_code == 413 and big.json()["error"] == "payload_too_large"
+    assert big.status_code == 400 and big.json()["error_code"] == "body_too_large"  # STORE-1
     many = world.call("owner", "POST", url, {"messages": [{"role": "user"}] * 4})
-    assert many.status_code == 400 and "at most 3 messages" in many.json()["message"]
+    assert many.status_code == 400 and "at most 3 messages" in many.json()["error"]
+    assert many.json()["error_code"] == "too_many_messages"
     long = world.call("owner", "POST", url, {"messages": [{"role": "user", "content": "y" * 101}]})
-    assert long.status_code == 400 and "content" in long.json()["message"]
+    assert long.status_code == 400 and "content" in long.json()["error"]
+    assert long.json()["error_code"] == "message_too_large"
     nested: Any = 1
     for _ in range(9):
         nested = [nested]
     deep = world.call("owner", "POST", "/v1/memory/write",
                       {"scope": "global", "key": "k", "value": nested})
-    assert deep.status_code == 400 and "deeper than 8" in deep.json()["message"]
+    assert deep.status_code == 400 and "deeper than 8" in deep.json()["error"]
+    assert deep.json()["error_code"] == "body_too_deep"
 
 
 @pytest.mark.parametrize("body", [b"[" * 100_000, b"{" * 100_000, b'{"a":' * 50_000,
                                   b"{not json", b"\xff\xfe", b"", b"null", b"[]", b'"x"'])
 def test_hostile_bodies_are_400_never_500(world: World, body: bytes) -> None:
     response = world.client.post("/v1/memory/write", content=body,
-                                 headers={"Content-Type": "application/json"})
+                                 headers={**world.headers("owner"),
+                                          "Content-Type": "application/json"})
     assert response.status_code == 400, response.text
+    assert response.json()["success"] is False and response.json()["error_code"].startswith(
+        ("body_", "invalid_field"))
 
 
 def test_unknown_fields_are_400(world: World) -> None:
     response = world.call("owner", "POST", f"/v1/sessions/{world.session_id}/turns",
                           {"messages": [{"role": "user"}], "extra": 1})
-    assert response.status_code == 400 and response.json()["detail"][0]["loc"][-1] == "extra"
+    assert response.status_code == 400 and response.json()["error_code"] == "invalid_field"
+    assert response.json()["details"][0]["locator"] == "body.extra"
 
 
 def test_lone_surrogates_round_trip(world: World) -> None:
@@ -332,10 +366,10 @@ def test_lone_surrogates_round_trip(world: World) -> None:
 
 
 def test_key_conflict_is_409(world: World) -> None:
-    memory_op(world, "owner", "write", scope="global", key="k", value=1)
-    response = world.call("owner", "POST", "/v1/memory/append",
+    memory_op(world, "admin", "write", scope="global", key="k", value=1)
+    response = world.call("admin", "POST", "/v1/memory/append",
                           {"scope": "global", "key": "k", "messages": [{"role": "user"}]})
-    assert response.status_code == 409 and response.json()["error"] == "conflict"
+    assert response.status_code == 409 and response.json()["error_code"] == "key_conflict"
 
 
 def test_invalid_message_is_400(world: World) -> None:
@@ -344,7 +378,7 @@ def test_invalid_message_is_400(world: World) -> None:
     assert response.status_code == 400
     response = world.call("owner", "POST", "/v1/memory/read", {"scope": "galaxy", "key": "k"})
     assert response.status_code == 400
-    response = world.call("owner", "POST", "/v1/memory/read", {"scope": "global", "key": "a\x00"})
+    response = world.call("owner", "POST", "/v1/memory/read", {"scope": "user", "key": "a\x00"})
     assert response.status_code == 400
 
 
@@ -354,8 +388,9 @@ def test_store_failure_is_503(world: World, monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(world.memory.store, "write", down)
     response = world.call("owner", "POST", "/v1/memory/write",
-                          {"scope": "global", "key": "k", "value": 1})
-    assert response.status_code == 503 and response.json()["error"] == "store_unavailable"
+                          {"scope": "user", "key": "k", "value": 1})
+    assert response.status_code == 503 and response.json()["error_code"] == "store_unavailable"
+    assert "database is down" not in response.text  # API-7: the driver's text stays in the log
 
 
 def test_reserved_scope_is_unreachable_through_memory(world: World) -> None:
@@ -368,10 +403,11 @@ def test_openapi_documents_limits_refusal_and_no_422(world: World) -> None:
     schema = world.call("anonymous", "GET", "/openapi.json").json()
     text = str(schema)
     assert "422" not in schema["paths"]["/v1/memory/read"]["post"]["responses"]
-    for status in ("400", "401", "403", "404", "409", "413", "503"):
+    for status in ("400", "401", "403", "404", "409", "429", "500", "503"):
         assert status in schema["paths"]["/v1/memory/append"]["post"]["responses"]
+    assert "413" not in schema["paths"]["/v1/memory/append"]["post"]["responses"]
     assert "refused: true" in schema["info"]["description"]
-    assert "nesting depth" in schema["info"]["description"]
+    assert "nested at most 63 levels" in schema["info"]["description"]
     assert "At most 100 messages per append" in text
 
 

@@ -1,8 +1,10 @@
 """The authorization matrix: every endpoint × {anonymous, owner, viewer, other, admin}.
 
-MEM-9 (viewers never drive, anonymous owns nothing), MEM-15 (messages are
+Closed by default (#9: no token, 401 on every /v1 route), MEM-9 (viewers
+never drive nor reach memory, anonymous owns nothing), MEM-15 (messages are
 admin-only), MEM-8 (memory under a session). The matrix is checked against
-the app's route list: a new endpoint without an entry fails.
+the app's route list: a new endpoint without an entry fails. The scopes ×
+grants dimension is ``tests/security/test_matrix.py``.
 """
 
 from __future__ import annotations
@@ -13,20 +15,20 @@ from typing import Any
 
 import pytest
 
-from server_support import ROLES, World, make_world
+from server_support import ROLES, World, app_routes, make_world
 
 S = "{session_id}"
 
 
 def _view(ok: int = 200) -> dict[str, int]:
-    return {"anonymous": 404, "owner": ok, "viewer": ok, "other": 404, "admin": ok}
+    return {"anonymous": 401, "owner": ok, "viewer": ok, "other": 404, "admin": ok}
 
 
 def _drive(ok: int = 200) -> dict[str, int]:
-    return {"anonymous": 404, "owner": ok, "viewer": 403, "other": 404, "admin": ok}
+    return {"anonymous": 401, "owner": ok, "viewer": 403, "other": 404, "admin": ok}
 
 
-ADMIN_ONLY = {"anonymous": 404, "owner": 403, "viewer": 403, "other": 404, "admin": 200}
+ADMIN_ONLY = {"anonymous": 401, "owner": 403, "viewer": 403, "other": 404, "admin": 200}
 PUBLIC = dict.fromkeys(ROLES, 200)
 IDENTIFIED = {"anonymous": 401, "owner": 200, "viewer": 200, "other": 200, "admin": 200}
 CREATED = {**IDENTIFIED, "owner": 201, "viewer": 201, "other": 201, "admin": 201}
@@ -49,7 +51,7 @@ def _memory(extra: dict[str, Any]) -> Callable[[str], Any]:
 MATRIX = [
     Endpoint("GET", "/healthz", PUBLIC),
     Endpoint("GET", "/openapi.json", PUBLIC),
-    Endpoint("GET", "/v1/whoami", PUBLIC),
+    Endpoint("GET", "/v1/whoami", IDENTIFIED),
     Endpoint("POST", "/v1/sessions", CREATED, lambda sid: {"title": "t"}),
     Endpoint("GET", "/v1/sessions", IDENTIFIED),
     Endpoint("GET", f"/v1/sessions/{S}", _view()),
@@ -62,11 +64,11 @@ MATRIX = [
     Endpoint("PUT", f"/v1/sessions/{S}/messages/{{position}}", ADMIN_ONLY,
              lambda sid: {"message": {"role": "user", "content": "edited"}}),
     Endpoint("DELETE", f"/v1/sessions/{S}/messages/{{position}}", ADMIN_ONLY),
-    Endpoint("POST", "/v1/memory/read", _view(), _memory({})),
+    Endpoint("POST", "/v1/memory/read", _drive(), _memory({})),  # viewing never reaches memory
     Endpoint("POST", "/v1/memory/write", _drive(), _memory({"value": 1})),
     Endpoint("POST", "/v1/memory/delete", _drive(), _memory({})),
     Endpoint("POST", "/v1/memory/append", _drive(), _memory({"messages": [USER]})),
-    Endpoint("POST", "/v1/memory/history", _view(), _memory({"last": 10})),
+    Endpoint("POST", "/v1/memory/history", _drive(), _memory({"last": 10})),
 ]
 
 
@@ -80,28 +82,10 @@ def _request(world: World, role: str, endpoint: Endpoint, session_id: str) -> An
     return world.call(role, endpoint.method, _url(endpoint, session_id), body)
 
 
-def _walk(routes: list[Any], found: set[tuple[str, str]]) -> None:
-    for route in routes:
-        nested = getattr(route, "effective_candidates", None)  # FastAPI's included routers
-        if callable(nested):
-            _walk(nested(), found)
-        elif getattr(route, "methods", None):
-            found.update((m, route.path) for m in route.methods if m != "HEAD")
-        else:
-            raise AssertionError(f"a route the matrix cannot read: {route!r}")
-
-
-def _routes(world: World) -> set[tuple[str, str]]:
-    """Every (method, path) the app serves, from its route list."""
-    found: set[tuple[str, str]] = set()
-    _walk(list(world.app.routes), found)
-    return found
-
-
 def test_matrix_covers_every_route() -> None:
     world = make_world(seed=False)
     listed = {(e.method, e.path) for e in MATRIX}
-    assert _routes(world) == listed, "every endpoint needs a row in the authorization matrix"
+    assert app_routes(world.app) == listed, "every endpoint needs a row in the authorization matrix"
     assert all(set(e.expected) == set(ROLES) for e in MATRIX)
 
 
@@ -115,11 +99,11 @@ def test_matrix_cell(endpoint: Endpoint, role: str) -> None:
     response = _request(world, role, endpoint, world.session_id)
     assert response.status_code == endpoint.expected[role], response.text
     if response.status_code >= 400:
-        assert set(response.json()) >= {"error", "message"}
+        assert set(response.json()) >= {"success", "error", "error_code"}
 
 
 def _snapshot(world: World, session_id: str) -> tuple[Any, Any]:
-    record = world.call("admin", "GET", f"/v1/sessions/{session_id}").json()
+    record = world.call("admin", "GET", f"/v1/sessions/{session_id}").json()["data"]
     messages = world.call("admin", "GET", f"/v1/sessions/{session_id}/messages").json()
     record.pop("updated_at")
     return record, messages
@@ -141,7 +125,7 @@ def test_foreign_session_id_is_refused_everywhere(endpoint: Endpoint) -> None:
     before = _snapshot(world, foreign)
     for role in ("anonymous", "owner", "viewer", "other"):
         response = _request(world, role, endpoint, foreign)
-        assert response.status_code == 404, (role, response.text)
+        assert response.status_code == (401 if role == "anonymous" else 404), (role, response.text)
         assert "CANARY" not in response.text
     assert _snapshot(world, foreign) == before
 
@@ -153,7 +137,8 @@ def test_unknown_session_id_is_refused_even_for_admin(endpoint: Endpoint, bogus:
     """MEM-15: a message (or anything) whose session cannot be loaded is denied."""
     world = make_world(seed=False)
     for role in ROLES:
-        assert _request(world, role, endpoint, bogus).status_code == 404
+        expected = 401 if role == "anonymous" else 404  # closed by default: no token, no look
+        assert _request(world, role, endpoint, bogus).status_code == expected
 
 
 def test_matrix_figures() -> None:

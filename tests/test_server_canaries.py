@@ -20,7 +20,7 @@ import httpx
 
 from flowmem.memory import Memory
 from flowmem.server import create_app
-from server_support import live_server
+from server_support import check_envelope, live_server
 
 USERS = [f"u{i:02d}" for i in range(20)]
 SESSIONS_PER_USER = 5
@@ -42,7 +42,7 @@ class Audit:
         with self.lock:
             self.own += sum(1 for owner in found if owner == user)
             self.foreign += [(user, owner) for owner in found if owner != user]
-        return response.json()
+        return response.json()["data"]
 
 
 def test_no_foreign_canary_in_any_response(tmp_path: Path) -> None:
@@ -50,8 +50,9 @@ def test_no_foreign_canary_in_any_response(tmp_path: Path) -> None:
     app = create_app(memory)
     tokens = {u: app.state.flowmem.tokens.create(u) for u in USERS}
     audit = Audit()
-    with live_server(app) as base, httpx.Client(base_url=base, timeout=30,
-                                                limits=httpx.Limits(max_connections=32)) as http:
+    with live_server(app) as base, httpx.Client(
+            base_url=base, timeout=30, limits=httpx.Limits(max_connections=32),
+            event_hooks={"response": [check_envelope]}) as http:
 
         def call(user: str, method: str, path: str, body: Any = None,
                  params: dict[str, Any] | None = None) -> Any:
@@ -87,7 +88,7 @@ def test_no_foreign_canary_in_any_response(tmp_path: Path) -> None:
         def read_back(user: str) -> Counter[str]:
             counts: Counter[str] = Counter()
             listed = call(user, "GET", "/v1/sessions", params={"limit": 100})
-            assert sorted(s["id"] for s in listed["sessions"]) == sorted(sessions[user])
+            assert sorted(s["id"] for s in listed) == sorted(sessions[user])
             for sid in sessions[user]:
                 page = call(user, "GET", f"/v1/sessions/{sid}/messages")
                 counts["messages"] += len(page["messages"])

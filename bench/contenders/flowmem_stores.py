@@ -178,9 +178,10 @@ class FlowmemHTTP(_Flowmem):
     notes = ("A real `flowmem serve` process on 127.0.0.1; `POST /v1/memory/append` under the "
              "`global` scope, one message per request (each response also echoes the newest "
              "50 messages, as the API does); the full read is `POST /v1/memory/read`, the last "
-             "50 `POST /v1/memory/history` with `last: 50`. Prefilled in "
-             "requests of 100 messages against a `synchronous=off` server, then restarted at "
-             "FULL. RSS and CPU of the server process are not in this process's figures.")
+             "50 `POST /v1/memory/history` with `limit: 50` (an admin token; "
+             "`--rate-limit 0`). Prefilled in requests of 100 messages against a "
+             "`synchronous=off` server, then restarted at FULL. RSS and CPU of the server "
+             "process are not in this process's figures.")
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -198,10 +199,13 @@ class FlowmemHTTP(_Flowmem):
             port = int(probe.getsockname()[1])
         command = [shutil.which("flowmem") or "", "serve"] if shutil.which("flowmem") else [
             sys.executable, "-m", "flowmem.cli", "serve"]
+        admin = subprocess.run([*command[:-1], "token", "create", "--user", "bench", "--admin",
+                                "--store", store], capture_output=True, text=True, check=True)
         self.process = subprocess.Popen(
-            [*command, "--store", store, "--port", str(port), "--log-level", "warning"],
-            cwd=workdir)
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0)
+            [*command, "--store", store, "--port", str(port), "--log-level", "warning",
+             "--rate-limit", "0", "--max-read-bytes", str(2**40)], cwd=workdir)
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0,
+                                   headers={"Authorization": f"Bearer {admin.stdout.strip()}"})
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -217,7 +221,7 @@ class FlowmemHTTP(_Flowmem):
     def _post(self, path: str, body: dict[str, Any]) -> Any:
         response = self.client.post(path, json=body)
         response.raise_for_status()
-        return response.json()
+        return response.json()["data"]
 
     def prefill(self, conversation: str, items: Sequence[Any]) -> None:
         for start in range(0, len(items), 100):
@@ -234,7 +238,7 @@ class FlowmemHTTP(_Flowmem):
 
     def read_last(self, conversation: str, n: int) -> Any:
         page = self._post("/v1/memory/history", {"scope": "global", "key": conversation,
-                                                 "last": n})
+                                                 "limit": n})
         return [item["message"] for item in page["messages"]]
 
     def close(self) -> None:

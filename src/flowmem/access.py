@@ -17,6 +17,14 @@ status. The rules:
 - **Memory principal (MEM-8)** — a session-driven execution carries the
   session OWNER's user id, and only when that is a usable id; never the id
   of whoever drives the turn (:func:`memory_principal`).
+- **Shared scopes** (``global``, ``workflow``, ``pipeline``, ``execution``) —
+  reached only through grants (:class:`Grant`: ``workflow:support-*:write``: the
+  scope, a glob on the resolved scope id, ``read`` or ``write``; write implies
+  read); an admin reaches every scope; an anonymous caller only what the
+  service opted in to (``--anonymous read|write``). The identity scopes are
+  not granted: ``user`` is the caller's own (or, under a session, its
+  owner's, MEM-8) and ``session`` needs a session the caller may drive
+  (:func:`decide_scope`).
 - **Hooks (MEM-15)** — an :data:`AccessHook` may add denials; it can never
   grant what the rules deny: a denial by the rules is final and the hooks
   are not even asked. A hook that raises denies (fail closed); the
@@ -29,21 +37,83 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from fnmatch import fnmatchcase
+from typing import Any, Final
 
 from .ids import usable_id
 
 __all__ = [
+    "SESSION_STATUSES",
+    "SHARED_SCOPES",
     "AccessHook",
     "Action",
     "Decision",
+    "Grant",
+    "Level",
     "Principal",
     "SessionRecord",
     "authorize",
     "decide",
+    "decide_scope",
     "memory_principal",
     "owns",
 ]
+
+SESSION_STATUSES: Final = ("idle", "completed", "stopped")
+"""A session's status, a closed vocabulary stored and served with one spelling
+(STORE-11): ``idle`` — no turn since it was created or reset; ``completed`` —
+a turn finished (never ``idle`` again, STORE-12); ``stopped`` — refuses writes."""
+
+
+SHARED_SCOPES: Final = ("global", "workflow", "pipeline", "execution")
+"""The scopes no identity keys: reached through grants only."""
+
+
+class Level(StrEnum):
+    """What a grant allows on a shared scope; ``write`` implies ``read``."""
+
+    READ = "read"
+    WRITE = "write"
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """``scope:glob:level`` — e.g. ``workflow:support-*:write``, ``global:*:read``.
+
+    ``scope`` is a shared scope name (or ``*`` for all four); ``pattern`` is an
+    :func:`fnmatch.fnmatchcase` glob on the RESOLVED scope id (the shared
+    bucket ``""`` matches only ``*``).
+    """
+
+    scope: str
+    pattern: str
+    level: Level
+
+    @classmethod
+    def parse(cls, text: str) -> Grant:
+        """Parse ``scope:glob:level``; :class:`ValueError` names what is wrong."""
+        if not isinstance(text, str) or text.count(":") < 2:
+            raise ValueError(f"a grant is scope:glob:read|write, got {text!r}")
+        scope, rest = text.split(":", 1)
+        pattern, level = rest.rsplit(":", 1)
+        if scope != "*" and scope not in SHARED_SCOPES:
+            raise ValueError(f"a grant's scope is one of {', '.join(SHARED_SCOPES)} or *, "
+                             f"got {scope!r}")
+        if level not in ("read", "write"):
+            raise ValueError(f"a grant's level is read or write, got {level!r}")
+        if not pattern or len(pattern) > 256:
+            raise ValueError("a grant's glob is 1..256 characters")
+        return cls(scope, pattern, Level(level))
+
+    def covers(self, scope: str, scope_id: str, level: Level) -> bool:
+        """Whether this grant allows ``level`` on ``scope`` resolved to ``scope_id``."""
+        return ((self.scope == "*" or self.scope == scope)
+                and fnmatchcase(scope_id, self.pattern)
+                and (self.level is Level.WRITE or level is Level.READ))
+
+    def __str__(self) -> str:
+        return f"{self.scope}:{self.pattern}:{self.level.value}"
+
 
 class Action(StrEnum):
     """What a caller wants to do to a session (the rows of the access table)."""
@@ -62,7 +132,7 @@ class Action(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who calls: a user id (``None`` for anonymous) and the admin flag.
+    """Who calls: a user id (``None`` for anonymous), the admin flag, the grants.
 
     Identity only ever comes from a credential (a bearer token), never from a
     request body. An unusable id (blank, ``"0"``, not a string) is anonymous.
@@ -70,6 +140,7 @@ class Principal:
 
     user_id: str | None = None
     admin: bool = False
+    grants: tuple[Grant, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "user_id", usable_id(self.user_id))
@@ -78,7 +149,7 @@ class Principal:
     @classmethod
     def anonymous(cls) -> Principal:
         """The caller without a credential: no identity, owns nothing (MEM-9)."""
-        return cls(None, False)
+        return cls(None, False, ())
 
     @property
     def identified(self) -> bool:
@@ -98,7 +169,7 @@ class SessionRecord:
     owner: str | None
     title: str = ""
     viewers: frozenset[str] = field(default_factory=frozenset)
-    status: str = "active"
+    status: str = "idle"
     created_at: float = 0.0
     updated_at: float = 0.0
 
@@ -118,7 +189,7 @@ class SessionRecord:
         """The inverse of :meth:`to_json`."""
         return cls(id=str(data["id"]), owner=data.get("owner"), title=str(data.get("title", "")),
                    viewers=frozenset(data.get("viewers") or ()),
-                   status=str(data.get("status", "active")),
+                   status=str(data.get("status", "idle")),
                    created_at=float(data.get("created_at", 0.0)),
                    updated_at=float(data.get("updated_at", 0.0)))
 
@@ -193,6 +264,31 @@ def authorize(principal: Principal, action: Action, session: SessionRecord | Non
         if verdict is not True:
             return Decision(False, "denied by an access hook", decision.visible)
     return decision
+
+
+def decide_scope(principal: Principal, scope: str, scope_id: str, level: Level, *,
+                 anonymous: Level | None = None) -> Decision:
+    """The ONE decision for a memory operation's scope.
+
+    ``scope_id`` is the scope resolved for the operation (``resolve_scope``);
+    ``anonymous`` is what the service lets callers without a token do on the
+    shared scopes (``None``: nothing). The identity scopes are allowed here:
+    ``user`` is always the caller's own or its session owner's (MEM-6, MEM-8)
+    and ``session`` is decided by the session's drive rights (MEM-9); their
+    refusal without an identity is MEM-7's neutral one, not a denial.
+    """
+    if scope not in SHARED_SCOPES:
+        return Decision(True, "an identity scope: the caller's own or its session's", True)
+    if principal.admin:
+        return Decision(True, "admin", True)
+    if not principal.identified:
+        allowed = anonymous is Level.WRITE or (anonymous is Level.READ and level is Level.READ)
+        return Decision(allowed, "anonymous use of the shared scopes" if allowed else
+                        f"anonymous callers may not {level.value} the shared scopes", True)
+    for grant in principal.grants:
+        if grant.covers(scope, scope_id, level):
+            return Decision(True, f"granted by {grant}", True)
+    return Decision(False, f"no grant to {level.value} {scope} {scope_id!r}", True)
 
 
 def _create(principal: Principal, proposed: SessionRecord) -> Decision:

@@ -1,18 +1,20 @@
-"""The ``flowmem`` command: ``flowmem serve``, ``flowmem token create``, and the
-memory commands of :mod:`flowmem.cli_memory` (read, write, delete, append,
-history, normalize).
+"""The ``flowmem`` command: ``flowmem serve``, ``flowmem token create|list|revoke``,
+and the memory commands of :mod:`flowmem.cli_memory` (read, write, delete,
+append, history, normalize).
 
 ``flowmem serve`` runs the storage API (:func:`flowmem.server.create_app`)
-under uvicorn; ``flowmem token create`` stores a new bearer token HASHED and
-prints it once. Both open the store a URL names (``--store``; default
-``$FLOWMEM_STORE`` or ``sqlite:///flowmem.db`` in the working directory).
+under uvicorn, closed by default; ``flowmem token create`` stores a new
+bearer token HASHED and prints it once. All open the store a URL names
+(``--store``; default ``$FLOWMEM_STORE`` or ``sqlite:///flowmem.db`` in the
+working directory).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -23,6 +25,8 @@ from .errors import FlowmemError, MissingDependency
 from .memory import Memory
 
 __all__ = ["main"]
+
+logger = logging.getLogger("flowmem")
 
 _STORE_HELP = "Store URL (default: $FLOWMEM_STORE or sqlite:///flowmem.db)."
 
@@ -40,6 +44,22 @@ def main() -> None:
     """flowmem: conversation memory for LLM agent workflows (GR-MEM)."""
 
 
+def _duration(text: str | None) -> float | None:
+    """``30d``, ``12h``, ``45m``, ``90s`` (or plain seconds) as seconds."""
+    if text is None:
+        return None
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    number, unit = (text[:-1], text[-1]) if text[-1:] in units else (text, "s")
+    try:
+        seconds = float(number) * units[unit]
+    except ValueError:
+        raise click.BadParameter(f"expected a duration like 30d, 12h, 45m, got {text!r}") \
+            from None
+    if not seconds > 0:
+        raise click.BadParameter(f"a duration must be positive, got {text!r}")
+    return seconds
+
+
 @main.command()
 @click.option("--store", default=None, help=_STORE_HELP)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
@@ -47,51 +67,123 @@ def main() -> None:
               help="Port to bind.")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def serve(store: str | None, host: str, port: int, log_level: str) -> None:
-    """Serve the storage API over HTTP (see docs/http.md)."""
+@click.option("--anonymous", type=click.Choice(["read", "write"]), default=None,
+              help="Let callers WITHOUT a token read (or read and write) the shared scopes. "
+                   "Off by default: every /v1 route needs a token.")
+@click.option("--allowed-host", "hosts", multiple=True,
+              help="A Host name to answer besides localhost, 127.0.0.1, [::1] (repeatable).")
+@click.option("--rate-limit", default=50.0, show_default=True, type=click.FloatRange(0),
+              help="Requests a second per token on average (0: no limit).")
+@click.option("--burst", default=100, show_default=True, type=click.IntRange(1),
+              help="Requests a token may send at once.")
+@click.option("--max-read-bytes", default=1_048_576, show_default=True,
+              type=click.IntRange(1), help="Largest value /v1/memory/read answers whole.")
+def serve(store: str | None, host: str, port: int, log_level: str, anonymous: str | None,
+          hosts: tuple[str, ...], rate_limit: float, burst: int, max_read_bytes: int) -> None:
+    """Serve the storage API over HTTP (see docs/http.md and docs/security.md)."""
     try:
-        import uvicorn
-
-        from .server import create_app
+        from .access import Level
+        from .server import Limits, Settings
+        from .server.serving import allowed_hosts
+        from .server.serving import serve as run
     except ImportError as exc:
         missing = MissingDependency(getattr(exc, "name", None) or "fastapi", "server")
         raise click.ClickException(str(missing)) from None
     memory = _memory(store)
-    app = create_app(memory)
-
-    @asynccontextmanager
-    async def lifespan(_: Any) -> AsyncIterator[None]:
-        yield
-        memory.close()  # graceful shutdown (SIGTERM, SIGINT): uvicorn then re-raises the signal
-
-    app.router.lifespan_context = lifespan
-    try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level)
-    finally:
-        memory.close()
+    settings = Settings(limits=Limits(max_read_bytes=max_read_bytes),
+                        allowed_hosts=allowed_hosts(host, hosts),
+                        anonymous=Level(anonymous) if anonymous else None,
+                        rate_limit=rate_limit, burst=burst)
+    if anonymous:
+        logger.warning("flowmem: --anonymous %s: callers without a token may %s the shared "
+                       "scopes (global, workflow, pipeline, execution) — anyone who reaches "
+                       "%s:%d can %s", anonymous, "read" if anonymous == "read" else
+                       "read, overwrite and delete", host, port,
+                       "read them" if anonymous == "read" else "plant or erase memory")
+    run(memory, settings, host=host, port=port, log_level=log_level)
 
 
 @main.group()
 def token() -> None:
-    """Manage bearer tokens."""
+    """Manage bearer tokens (stored hashed; a token is shown once)."""
+
+
+def _tokens(store: str | None) -> tuple[Memory, Any]:
+    from .server.auth import TokenBackend
+
+    memory = _memory(store)
+    return memory, TokenBackend(memory.store)
 
 
 @token.command("create")
 @click.option("--user", "user_id", required=True, help="The user id the token stands for.")
 @click.option("--admin", is_flag=True, help="Grant the administrative tier (MEM-15).")
+@click.option("--grant", "grants", multiple=True, metavar="SCOPE:GLOB:read|write",
+              help="Reach a shared scope, e.g. 'workflow:support-*:write' (repeatable; "
+                   "write implies read).")
+@click.option("--expires", default=None, metavar="DURATION",
+              help="Expire after 30d, 12h, 45m, 90s (default: never).")
 @click.option("--store", default=None, help=_STORE_HELP)
-def token_create(user_id: str, admin: bool, store: str | None) -> None:
+def token_create(user_id: str, admin: bool, grants: tuple[str, ...], expires: str | None,
+                 store: str | None) -> None:
     """Create a token and print it once (only its hash is stored)."""
-    from .server.auth import TokenBackend
-
-    memory = _memory(store)
+    seconds = _duration(expires)
+    memory, backend = _tokens(store)
     try:
-        value = TokenBackend(memory.store).create(user_id, admin=admin)
+        value = backend.create(user_id, admin=admin, grants=grants, expires_in=seconds)
     except FlowmemError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
         memory.close()
     click.echo(value)
+
+
+def _when(stamp: float | None) -> str:
+    if stamp is None:
+        return "-"
+    return datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@token.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per token.")
+@click.option("--store", default=None, help=_STORE_HELP)
+def token_list(as_json: bool, store: str | None) -> None:
+    """List tokens: id, user, admin, grants, created, expires, last used (never the secret)."""
+    memory, backend = _tokens(store)
+    try:
+        tokens = backend.tokens()
+    except FlowmemError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        memory.close()
+    if as_json:
+        for info in tokens:
+            click.echo(json.dumps(info.to_json(), ensure_ascii=True))
+        return
+    rows = [("ID", "USER", "ADMIN", "GRANTS", "CREATED", "EXPIRES", "LAST USED")]
+    rows += [(t.id, t.user_id, "yes" if t.admin else "no", ",".join(t.grants) or "-",
+              _when(t.created_at), _when(t.expires_at), _when(t.last_used_at)) for t in tokens]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths,
+                                                                       strict=True)).rstrip())
+
+
+@token.command("revoke")
+@click.argument("token_id")
+@click.option("--store", default=None, help=_STORE_HELP)
+def token_revoke(token_id: str, store: str | None) -> None:
+    """Revoke the token with this id (from ``flowmem token list``): it answers 401 at once."""
+    memory, backend = _tokens(store)
+    try:
+        revoked = backend.revoke(token_id)
+    except FlowmemError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        memory.close()
+    if not revoked:
+        raise click.ClickException(f"no token with id {token_id!r}")
+    click.echo(f"revoked {token_id}")
 
 
 register(main)

@@ -1,11 +1,11 @@
 """``create_app(memory, settings)``: the storage API of GR-MEM over HTTP.
 
-A thin layer over :class:`~flowmem.Memory` and the store: authentication
-(:mod:`.auth`), the access rules (:mod:`flowmem.access`, MEM-8/9/15), the
-session registry (:mod:`.sessions`) and the limits (:mod:`.limits`). Errors
-map to one envelope: invalid input 400 (never 422, never 5xx), bad token
-401, denied 403, unknown or invisible session 404, key conflict or stopped
-session 409, body too large 413, store failure 503.
+A thin layer over :class:`~flowmem.Memory` and the store: the gates
+(:mod:`.gate`: Host, the one body gate, the generic failure),
+authentication (:mod:`.auth`), the access rules (:mod:`flowmem.access`,
+MEM-8/9/15), the session registry (:mod:`.sessions`) and the limits
+(:mod:`.limits`). Every JSON response is an envelope of :mod:`.responses`;
+every refusal carries a code of :data:`~.responses.ERROR_CODES` (API-8).
 """
 
 from __future__ import annotations
@@ -20,12 +20,22 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from .. import __version__
-from ..errors import FlowmemError, InvalidInput, KeyConflict, StoreError
+from ..errors import (
+    FlowmemError,
+    InvalidInput,
+    InvalidMessage,
+    InvalidValue,
+    KeyConflict,
+    StoreBusy,
+    StoreError,
+    StoreUnavailable,
+)
 from ..memory import Memory
 from . import routes_memory, routes_meta, routes_sessions
 from .auth import TokenBackend
 from .deps import ServerState, strict_query
-from .limits import BodyLimits
+from .gate import BodyGate, Failures, HostGate, new_request_id
+from .ratelimit import RateLimiter
 from .responses import ERROR_RESPONSES, ApiError, AsciiJSONResponse, ErrorBody, error_response
 from .sessions import SessionRegistry
 from .settings import Settings
@@ -37,59 +47,98 @@ logger = logging.getLogger("flowmem")
 _DESCRIPTION = """\
 Conversation memory for LLM agent workflows (the GR-MEM rules, storage-api profile).
 
-**Authentication**: `Authorization: Bearer <token>` (`flowmem token create --user ID`).
-Without it the caller is anonymous: no identity, owns nothing.
+**Envelopes**: a result is `{{"success": true, "data": ...}}`; a paged result adds
+`"pagination": {{"total", "limit", "offset", "has_more"}}` (`limit` clamped to 1..100,
+`offset` floored at 0, API-6); a refusal is `{{"success": false, "error": text,
+"error_code": code}}` with `details` where fields are named. The codes are published in
+docs/http.md and never reused (API-8).
 
 **Refusals (MEM-7)**: a memory operation under a refused scope (`user` without a real
 user, `session` without a session) answers **200** with the neutral result and
-`refused: true` — a read `found: false` with the default, a write or delete `ok: false`,
-an append `count: 0` and no messages; `resolved_scope_id` is `""`. Nothing is stored.
+`refused: true` inside `data` — a read `found: false` with the default, a write or delete
+`ok: false`, an append `count: 0` and no messages; `resolved_scope_id` is `""`.
 
-**Access (MEM-8, MEM-9, MEM-15)**: a session the caller may not view answers 404; an
-action it may see but not do answers 403. Viewers never drive; messages are edited by
-admins only; hooks only add denials.
+**Access (MEM-8, MEM-9, MEM-15)**: a session the caller may not see answers 404 before any
+403; viewers never drive; session messages are evicted, edited or deleted by admins only.
 
-**Limits**: body {body} bytes (413), JSON nesting depth {depth} (400), {messages} messages
-per append (400), {content} characters of content per message (400), unknown fields (400).
+**The body gate (STORE-1, API-1)**: every body is JSON sent as `application/json`, an object
+or an array, at most {body} bytes, nested at most {depth} levels, with finite numbers only;
+else **400**. Then each door's own limits: {messages} messages per append, {content}
+characters of content and {message_bytes} bytes per message (metadata included),
+{value_bytes} bytes per value, unknown fields and wrong JSON types refused (400).
 """
 
 
-def _validation_detail(exc: RequestValidationError) -> list[dict[str, Any]]:
-    return [{"loc": [str(part) for part in err.get("loc", ())], "msg": str(err.get("msg", "")),
-             "type": str(err.get("type", ""))} for err in exc.errors()]
+def _details(exc: RequestValidationError) -> list[dict[str, Any]]:
+    return [{"code": str(err.get("type", "invalid")),
+             "message": str(err.get("msg", "invalid")),
+             "locator": ".".join(str(part) for part in err.get("loc", ()))}
+            for err in exc.errors()]
+
+
+def _message_details(exc: InvalidMessage) -> list[dict[str, Any]]:
+    locator = exc.where if exc.index is None else f"{exc.where}[{exc.index}]"
+    if exc.field:
+        locator = f"{locator}.{exc.field}"
+    return [{"code": "invalid_message", "message": exc.reason, "locator": locator}]
+
+
+def _store_failure(exc: StoreError) -> Response:
+    request_id = new_request_id()
+    logger.error("flowmem: request %s: store error: %s", request_id, exc)
+    if isinstance(exc, StoreBusy):
+        return error_response("store_busy", "the store is busy; nothing was changed; retry",
+                              request_id=request_id, headers={"Retry-After": "1"})
+    if isinstance(exc, StoreUnavailable):
+        return error_response("store_unavailable",
+                              "the store cannot be reached; nothing was changed",
+                              request_id=request_id)
+    return error_response("store_failed", "the store failed; the cause is logged under this "
+                          "request id", request_id=request_id)
+
+
+def _flowmem_failure(exc: FlowmemError) -> Response:
+    if isinstance(exc, StoreError):
+        return _store_failure(exc)
+    if isinstance(exc, KeyConflict):
+        return error_response("key_conflict", str(exc))
+    if isinstance(exc, InvalidMessage):
+        return error_response("invalid_message", str(exc), details=_message_details(exc))
+    if isinstance(exc, InvalidValue):
+        return error_response("invalid_value", str(exc))
+    if isinstance(exc, InvalidInput):
+        return error_response("invalid_input", str(exc))
+    request_id = new_request_id()
+    logger.error("flowmem: request %s: unclassified error: %r", request_id, exc)
+    return error_response("internal_error", "internal error; the cause is logged under this "
+                          "request id", request_id=request_id)
 
 
 def _install_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(_: Request, exc: ApiError) -> Response:
-        return error_response(exc.status, exc.code, exc.message, headers=exc.headers)
+        return error_response(exc.code, exc.message, details=exc.details, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> Response:
-        detail = _validation_detail(exc)
-        first = detail[0] if detail else {"loc": [], "msg": "invalid request"}
-        where = ".".join(first["loc"])
-        message = f"{where}: {first['msg']}" if where else str(first["msg"])
-        return error_response(400, "invalid_request", message, detail=detail)
+        details = _details(exc)
+        first = details[0] if details else {"locator": "", "message": "invalid request"}
+        where = first["locator"]
+        message = f"{where}: {first['message']}" if where else str(first["message"])
+        return error_response("invalid_field", message, details=details)
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> Response:
-        status = 400 if exc.status_code == 422 else exc.status_code
-        code = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}.get(
-            status, "error")
+        code = {404: "route_not_found", 405: "method_not_allowed"}.get(exc.status_code,
+                                                                        "body_not_json")
         headers = dict(exc.headers) if exc.headers else None
-        return error_response(status, code, str(exc.detail), headers=headers)
+        message = {404: "no such route", 405: "method not allowed"}.get(
+            exc.status_code, "the body is not JSON")
+        return error_response(code, message, headers=headers)
 
     @app.exception_handler(FlowmemError)
     async def flowmem_error(_: Request, exc: FlowmemError) -> Response:
-        if isinstance(exc, KeyConflict):
-            return error_response(409, "conflict", str(exc))
-        if isinstance(exc, InvalidInput):
-            return error_response(400, "invalid_request", str(exc))
-        if isinstance(exc, StoreError):
-            logger.error("flowmem: store error: %s", exc)
-            return error_response(503, "store_unavailable", str(exc))
-        return error_response(400, "invalid_request", str(exc))
+        return _flowmem_failure(exc)
 
 
 def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
@@ -100,17 +149,26 @@ def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
                          description=_DESCRIPTION.format(
                              body=limits.max_body_bytes, depth=limits.max_json_depth,
                              messages=limits.max_messages_per_append,
-                             content=limits.max_content_chars))
+                             content=limits.max_content_chars,
+                             message_bytes=limits.max_message_bytes,
+                             value_bytes=limits.max_value_bytes))
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     components.pop("HTTPValidationError", None)
     components.pop("ValidationError", None)
     components["Error"] = ErrorBody
-    for operations in schema.get("paths", {}).values():
+    for path, operations in schema.get("paths", {}).items():
         for operation in operations.values():
             operation.get("responses", {}).pop("422", None)
-            # The token is optional (anonymous callers) unless the operation needs an identity.
-            if operation.get("security") and not operation.pop("x-requires-identity", False):
+            # The token is optional only where the service opted in to anonymous callers.
+            needs_identity = (operation.pop("x-requires-identity", False)
+                              or path.startswith("/v1/sessions"))
+            if operation.get("security") and settings.anonymous is not None \
+                    and not needs_identity:
                 operation["security"] = [*operation["security"], {}]
+            for answer in operation.get("responses", {}).values():
+                if "Retry-After" not in answer.get("headers", {}) and \
+                        answer.get("description", "").startswith("Refused: `rate_limited`"):
+                    answer["headers"] = {"Retry-After": {"schema": {"type": "string"}}}
     app.openapi_schema = schema
     return schema
 
@@ -120,12 +178,16 @@ def create_app(memory: Memory, settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     app = FastAPI(title="flowmem", version=__version__, docs_url=None, redoc_url=None,
                   default_response_class=AsciiJSONResponse, responses=ERROR_RESPONSES,
-                  dependencies=[Depends(strict_query)])
+                  dependencies=[Depends(strict_query)], redirect_slashes=False)
     app.state.flowmem = ServerState(memory=memory, tokens=TokenBackend(memory.store),
-                                    sessions=SessionRegistry(memory.store), settings=settings)
+                                    sessions=SessionRegistry(memory.store), settings=settings,
+                                    limiter=RateLimiter(settings.rate_limit, settings.burst))
     for module in (routes_meta, routes_sessions, routes_memory):
         app.include_router(module.router)
     _install_handlers(app)
     app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
-    app.add_middleware(BodyLimits, limits=settings.limits)
+    app.add_middleware(BodyGate, limits=settings.limits, read_timeout=settings.read_timeout)
+    app.add_middleware(Failures)
+    if settings.allowed_hosts is not None:
+        app.add_middleware(HostGate, allowed=settings.allowed_hosts)
     return app

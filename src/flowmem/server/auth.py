@@ -1,15 +1,19 @@
-"""Bearer tokens: creation, hashing, and resolving a request to a :class:`Principal`.
+"""Bearer tokens: create, list, revoke, expire, and resolve a request to a :class:`Principal`.
 
 Authentication only: WHO calls. What the caller may do is decided by
 :mod:`flowmem.access` (like starlette's ``AuthenticationBackend``, this
 module never enforces). Tokens are stored HASHED (SHA-256 of a
 ``secrets.token_urlsafe`` secret) in the store's reserved scope; the token
-itself is shown once, when it is created.
+itself is shown once, when it is created. A token's public id is the first
+16 hex digits of its hash: enough to list and revoke it, useless to forge it.
 
-A request without an ``Authorization`` header is anonymous: no identity,
-owns nothing (MEM-9). A header that is present but not a valid bearer token
-is refused (401), never downgraded to anonymous. Identity never comes from
-a request body.
+A record holds the user id, the admin flag, the grants
+(``scope:glob:read|write``), when it was created, when it expires and when
+it was last used (written at most once a minute per token). An expired or
+revoked token is refused at once: every request reads the record.
+
+A header that is present but not a valid bearer token is refused (401),
+never downgraded to anonymous. Identity never comes from a request body.
 """
 
 from __future__ import annotations
@@ -17,19 +21,24 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
-from typing import Final
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
 
-from ..access import Principal
+from ..access import Grant, Principal
 from ..errors import InvalidInput
 from ..ids import usable_id
 from ..store import Store
-from .registry import as_mapping, reserved
+from .registry import RESERVED_SCOPE, as_mapping, reserved
 
-__all__ = ["TOKEN_PREFIX", "InvalidCredentials", "TokenBackend", "hash_token"]
+__all__ = ["TOKEN_PREFIX", "InvalidCredentials", "TokenBackend", "TokenInfo", "hash_token"]
 
 TOKEN_PREFIX: Final = "fm_"
 _TOKENS: Final = "tokens"
 _MAX_TOKEN_LENGTH: Final = 256
+_ID_LENGTH: Final = 16
+_TOUCH_EVERY: Final = 60.0
+_LOCK_TIMEOUT: Final = 2.0
 
 
 class InvalidCredentials(Exception):
@@ -41,42 +50,136 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """What ``flowmem token list`` shows of a token (never the secret)."""
+
+    id: str
+    user_id: str
+    admin: bool
+    grants: tuple[str, ...]
+    created_at: float
+    expires_at: float | None
+    last_used_at: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON object of the fields."""
+        return {"id": self.id, "user_id": self.user_id, "admin": self.admin,
+                "grants": list(self.grants), "created_at": self.created_at,
+                "expires_at": self.expires_at, "last_used_at": self.last_used_at}
+
+
+def _info(digest: str, record: dict[str, Any]) -> TokenInfo | None:
+    user = usable_id(record.get("user_id"))
+    if user is None:
+        return None
+    expires, used = record.get("expires_at"), record.get("last_used_at")
+    return TokenInfo(id=digest[:_ID_LENGTH], user_id=user, admin=record.get("admin") is True,
+                     grants=tuple(str(g) for g in record.get("grants") or ()),
+                     created_at=float(record.get("created_at") or 0.0),
+                     expires_at=float(expires) if isinstance(expires, int | float) else None,
+                     last_used_at=float(used) if isinstance(used, int | float) else None)
+
+
 class TokenBackend:
-    """Creates, revokes and resolves bearer tokens kept in a store."""
+    """Creates, lists, revokes and resolves bearer tokens kept in a store."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._touched: dict[str, float] = {}
 
-    def create(self, user_id: str, *, admin: bool = False) -> str:
-        """A new token for ``user_id`` (a usable id); returns the token, stored hashed."""
+    def create(self, user_id: str, *, admin: bool = False, grants: Iterable[str] = (),
+               expires_in: float | None = None) -> str:
+        """A new token for ``user_id``; returns the token, stored hashed.
+
+        ``grants`` are ``scope:glob:read|write`` strings (checked here);
+        ``expires_in`` is in seconds (``None``: never).
+        """
         user = usable_id(user_id)
         if user is None or len(user) > 256:
             raise InvalidInput(f"user id must be a usable id of at most 256 characters, "
                                f"got {user_id!r}")
+        try:
+            parsed = [str(Grant.parse(g)) for g in grants]
+        except ValueError as exc:
+            raise InvalidInput(str(exc)) from None
+        if expires_in is not None and not expires_in > 0:
+            raise InvalidInput(f"expiry must be a positive duration, got {expires_in!r} s")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        record = {"user_id": user, "admin": bool(admin), "created_at": time.time()}
+        now = time.time()
+        record = {"user_id": user, "admin": bool(admin), "grants": parsed, "created_at": now,
+                  "expires_at": None if expires_in is None else now + expires_in,
+                  "last_used_at": None}
         self.store.write(reserved(_TOKENS, hash_token(token)), record)
         return token
 
-    def revoke(self, token: str) -> bool:
-        """Forget a token; whether it existed."""
-        return self.store.delete(reserved(_TOKENS, hash_token(token)))
+    def tokens(self) -> list[TokenInfo]:
+        """Every stored token, oldest first."""
+        found: list[TokenInfo] = []
+        after: str | None = None
+        while digests := self.store.keys(RESERVED_SCOPE, _TOKENS, after=after, limit=500):
+            for digest in digests:
+                ok, value = self.store.read(reserved(_TOKENS, digest))
+                record = as_mapping(value) if ok else None
+                info = _info(digest, record) if record is not None else None
+                if info is not None:
+                    found.append(info)
+            after = digests[-1]
+        return sorted(found, key=lambda t: (t.created_at, t.id))
+
+    def revoke(self, token_id: str) -> bool:
+        """Forget the token whose id (or whole hash) is ``token_id``; whether it existed."""
+        wanted = token_id.strip().lower()
+        if len(wanted) < _ID_LENGTH or any(c not in "0123456789abcdef" for c in wanted):
+            return False
+        digests = self.store.keys(RESERVED_SCOPE, _TOKENS, prefix=wanted, limit=2)
+        if len(digests) != 1:
+            return False
+        key = reserved(_TOKENS, digests[0])
+        with self.store.lock(key, _LOCK_TIMEOUT):
+            return self.store.delete(key)
 
     def lookup(self, token: str) -> Principal | None:
-        """The principal a token stands for, or ``None`` when it is unknown."""
+        """The principal a live token stands for, or ``None`` (unknown, revoked, expired)."""
         if not token or len(token) > _MAX_TOKEN_LENGTH:
             return None
-        found, value = self.store.read(reserved(_TOKENS, hash_token(token)))
+        digest = hash_token(token)
+        found, value = self.store.read(reserved(_TOKENS, digest))
         record = as_mapping(value) if found else None
-        if record is None or usable_id(record.get("user_id")) is None:
+        info = _info(digest, record) if record is not None else None
+        if record is None or info is None:
             return None
-        return Principal(record["user_id"], record.get("admin") is True)
+        now = time.time()
+        if info.expires_at is not None and info.expires_at <= now:
+            return None
+        try:
+            grants = tuple(Grant.parse(g) for g in info.grants)
+        except ValueError:
+            return None  # a damaged record grants nothing: refuse the token
+        self._touch(digest, record, now)
+        return Principal(info.user_id, info.admin, grants)
+
+    def _touch(self, digest: str, record: dict[str, Any], now: float) -> None:
+        """Record ``last_used_at`` at most once a minute per token (per process)."""
+        if now - self._touched.get(digest, 0.0) < _TOUCH_EVERY:
+            return
+        self._touched[digest] = now
+        key = reserved(_TOKENS, digest)
+        with self.store.lock(key, _LOCK_TIMEOUT) as held:  # never resurrect a revoked token
+            found, current = self.store.read(key) if held else (False, None)
+            if found and isinstance(current, dict):
+                self.store.write(key, {**current, "last_used_at": now})
+
+    @staticmethod
+    def token_id(token: str) -> str:
+        """The public id of a token (what ``token list`` shows)."""
+        return hash_token(token)[:_ID_LENGTH]
 
     def authenticate(self, authorization: str | None) -> Principal:
         """Resolve an ``Authorization`` header value (``None``: anonymous).
 
         Raises :class:`InvalidCredentials` for a header that is not
-        ``Bearer <known token>``.
+        ``Bearer <live token>``.
         """
         if authorization is None:
             return Principal.anonymous()
@@ -85,5 +188,5 @@ class TokenBackend:
             raise InvalidCredentials("expected an 'Authorization: Bearer <token>' header")
         principal = self.lookup(token.strip())
         if principal is None:
-            raise InvalidCredentials("unknown or revoked token")
+            raise InvalidCredentials("unknown, revoked or expired token")
         return principal

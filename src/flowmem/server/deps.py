@@ -12,8 +12,9 @@ from fastapi.security import HTTPBearer
 from ..access import Action, Principal, SessionRecord, authorize
 from ..memory import HistoryResult, Memory, ScopedAppendResult
 from ..scopes import ExecutionContext
-from .auth import InvalidCredentials, TokenBackend
+from .auth import InvalidCredentials, TokenBackend, hash_token
 from .limits import check_messages
+from .ratelimit import RateLimiter
 from .responses import ApiError
 from .sessions import SessionRegistry
 from .settings import Settings
@@ -25,6 +26,7 @@ __all__ = [
     "ServerState",
     "append_and_echo",
     "caller",
+    "history_page",
     "identified",
     "positioned",
     "session_for",
@@ -47,6 +49,7 @@ class ServerState:
     tokens: TokenBackend
     sessions: SessionRegistry
     settings: Settings
+    limiter: RateLimiter
 
 
 def state(request: Request) -> ServerState:
@@ -56,18 +59,38 @@ def state(request: Request) -> ServerState:
 
 
 def caller(request: Request, _: Annotated[object, Depends(_bearer)]) -> Principal:
-    """The caller, from the bearer token only (anonymous without one)."""
+    """The caller, from the bearer token only; then the caller's rate limit.
+
+    Without a token: 401, unless the service opted in to anonymous use of
+    the shared scopes (``Settings.anonymous``), when the caller is anonymous.
+    """
+    server = state(request)
+    header = request.headers.get("authorization")
+    if header is None and server.settings.anonymous is None:
+        raise ApiError("unauthenticated", "this service needs a bearer token",
+                       headers={"WWW-Authenticate": "Bearer"})
+    client = f"client:{request.client.host if request.client else '?'}"
     try:
-        return state(request).tokens.authenticate(request.headers.get("authorization"))
+        principal = server.tokens.authenticate(header)
     except InvalidCredentials as exc:
-        raise ApiError(401, "unauthenticated", str(exc),
-                       headers={"WWW-Authenticate": "Bearer"}) from None
+        _limit(server, client)  # guessing tokens is limited per client address
+        raise ApiError("invalid_token", str(exc),
+                       headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}) from None
+    _limit(server, client if header is None else f"token:{hash_token(header)}")
+    return principal
+
+
+def _limit(server: ServerState, key: str) -> None:
+    wait = server.limiter.take(key)
+    if wait:
+        raise ApiError("rate_limited", f"too many requests; retry after {wait} s",
+                       headers={"Retry-After": str(wait)})
 
 
 def identified(principal: Annotated[Principal, Depends(caller)]) -> Principal:
     """The caller, who must have an identity (401 for anonymous)."""
     if not principal.identified:
-        raise ApiError(401, "unauthenticated", "this operation needs a bearer token",
+        raise ApiError("unauthenticated", "this operation needs a bearer token",
                        headers={"WWW-Authenticate": "Bearer"})
     return principal
 
@@ -93,10 +116,12 @@ def strict_query(request: Request) -> None:
     dependant = getattr(route, "dependant", None)
     if dependant is None or not request.query_params:
         return
-    unknown = set(request.query_params) - _query_names(dependant)
+    unknown = sorted(set(request.query_params) - _query_names(dependant))
     if unknown:
-        raise ApiError(400, "invalid_request",
-                       f"unknown query parameter(s): {', '.join(sorted(map(repr, unknown)))}")
+        raise ApiError("invalid_field",
+                       f"unknown query parameter(s): {', '.join(map(repr, unknown))}",
+                       details=[{"code": "extra_forbidden", "message": "unknown query parameter",
+                                 "locator": f"query.{name}"} for name in unknown])
 
 
 def session_for(server: ServerState, principal: Principal, session_id: str,
@@ -112,15 +137,36 @@ def session_for(server: ServerState, principal: Principal, session_id: str,
         logger.warning("flowmem: %s; denying %s", decision.error, action.value)
     if decision.allowed and record is not None:
         return record
-    if not decision.visible:
-        raise ApiError(404, "not_found", "no such session")
-    raise ApiError(403, "forbidden", decision.reason)
+    if not decision.visible:  # absence before denial: never reveal a foreign session
+        raise ApiError("session_not_found", "no such session")
+    if action is Action.EDIT_MESSAGE and not principal.admin:
+        raise ApiError("messages_immutable", decision.reason)
+    raise ApiError("forbidden", decision.reason)
 
 
 def positioned(page: HistoryResult) -> list[dict[str, Any]]:
     """A history page as ``{"position", "message"}`` pairs, oldest first."""
     return [{"position": p, "message": m}
             for p, m in zip(page.positions, page.messages, strict=True)]
+
+
+def history_page(server: ServerState, scope: str, key: str, context: ExecutionContext, *,
+                 limit: int, offset: int, before: int | None) -> tuple[HistoryResult, int]:
+    """A page of a conversation and the total under its filter (API-6).
+
+    The page is the ``limit`` messages older than the newest ``offset``
+    messages older than ``before``; the total counts the messages older
+    than ``before`` (all of them without it). ``Memory`` has no count yet, so
+    the total is counted by reading the positions: linear in the length.
+    """
+    whole = server.memory.history(scope, key, context=context, last=None, before=before)
+    total = len(whole.positions)
+    end = max(total - offset, 0)
+    start = max(end - limit, 0)
+    page = HistoryResult(whole.messages[start:end], whole.positions[start:end],
+                         whole.positions[start] if 0 < start < total else None,
+                         whole.scope, whole.resolved_scope_id, whole.refused)
+    return page, total
 
 
 def append_and_echo(server: ServerState, scope: str, key: str, messages: list[dict[str, Any]],

@@ -1,17 +1,22 @@
 """Request and response bodies (pydantic), i.e. the ``/openapi.json`` schemas.
 
-Request envelopes forbid unknown fields (400). Messages allow provider
-fields (``name``, ``tool_calls``, ``tool_call_id``, ...): the canonical shape
-keeps them in ``metadata``. No request body carries an identity: the caller
-is always the bearer token's user (and ``user_id`` is not a context field).
+Requests are strict (#9): unknown fields are refused, and a field takes only
+its own JSON type — ``true`` is not a number, ``"5"`` is not an integer.
+Messages allow provider fields (``name``, ``tool_calls``, ...): the
+canonical shape keeps them in ``metadata``. No request body carries an
+identity: the caller is always the bearer token's user.
+
+Responses are the envelopes of :mod:`.responses`: :class:`Ok` wraps a
+result, :class:`Page` a paged one, each described exactly (no other keys).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from ..access import SESSION_STATUSES
 from .limits import Limits
 
 __all__ = [
@@ -19,18 +24,22 @@ __all__ = [
     "AppendOut",
     "DeleteOut",
     "EditBody",
+    "EmptyBody",
     "GrantBody",
+    "Health",
     "HistoryBody",
     "HistoryOut",
     "MemoryContext",
     "MessageIn",
     "MessagePage",
+    "Ok",
+    "Page",
+    "Pagination",
     "PositionedMessage",
     "ReadBody",
     "ReadOut",
     "ScopedBody",
     "SessionCreate",
-    "SessionList",
     "SessionOut",
     "TurnBody",
     "TurnOut",
@@ -45,14 +54,27 @@ Key = Annotated[str, Field(min_length=1, max_length=512, description="The memory
 Scope = Literal["global", "workflow", "pipeline", "execution", "session", "user"]
 
 
+T = TypeVar("T")
+Status = Literal[SESSION_STATUSES]  # type: ignore[valid-type]
+MAX_WINDOW = 2**31 - 1
+
+
 class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class _Out(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class EmptyBody(_Strict):
+    """A door whose body is optional: absent reads as ``{}``; no field is known."""
 
 
 class MessageIn(BaseModel):
     """A message, canonical (``role``, ``content``, ``metadata``) or provider-flat."""
 
-    model_config = ConfigDict(extra="allow", json_schema_extra={
+    model_config = ConfigDict(extra="allow", strict=True, json_schema_extra={
         "description": f"A message. `content` is any JSON; as text (JSON text when it is not "
                        f"a string) it is at most {_DEFAULTS.max_content_chars} characters."})
 
@@ -60,15 +82,15 @@ class MessageIn(BaseModel):
     content: Any = None
     metadata: dict[str, Any] | None = None
     tool_calls: list[dict[str, Any]] | None = None
-    # strict: a JSON true is not an id (pydantic would otherwise coerce it to 1)
     tool_call_id: StrictStr | StrictInt | None = None
 
 
 Messages = Annotated[list[MessageIn], Field(
     min_length=1, max_length=_DEFAULTS.max_messages_per_append,
     description=f"At most {_DEFAULTS.max_messages_per_append} messages per append.")]
-Window = Annotated[int | None, Field(
-    ge=1, description="Keep at most this many messages (oldest evicted); none: unbounded.")]
+Window = Annotated[StrictInt | None, Field(
+    ge=1, le=MAX_WINDOW, description="Keep at most this many messages (oldest evicted; "
+                                     "session messages: admin only, MEM-15); none: unbounded.")]
 
 
 class MemoryContext(_Strict):
@@ -116,10 +138,17 @@ class AppendBody(ScopedBody):
 
 
 class HistoryBody(ScopedBody):
-    """A page of the conversation at (scope, key): the ``last`` messages before ``before``."""
+    """A page of the conversation at (scope, key), newest last (API-6 paging).
 
-    last: Annotated[int, Field(ge=1, le=500, description="Page size.")] = 50
-    before: Annotated[int | None, Field(
+    ``limit`` (or its older name ``last``) is clamped to 1..100, ``offset`` —
+    how many of the newest messages to skip — floored at 0. ``before`` pages
+    from a position cursor (the previous page's ``before``) at constant cost.
+    """
+
+    limit: StrictInt | None = Field(None, description="Page size, clamped to 1..100 (default 50).")
+    last: StrictInt | None = Field(None, description="The older name of `limit`.")
+    offset: StrictInt | None = Field(None, description="Newest messages to skip, floored at 0.")
+    before: Annotated[StrictInt | None, Field(
         ge=0, le=2 ** 62, description="Cursor from the previous page's ``before``.")] = None
 
 
@@ -127,7 +156,7 @@ class SessionCreate(_Strict):
     """Create a session owned by the caller (``owner_less``: admin only)."""
 
     title: Annotated[str, Field(max_length=200)] = ""
-    owner_less: bool = False
+    owner_less: StrictBool = False
 
 
 class TurnBody(_Strict):
@@ -149,40 +178,34 @@ class EditBody(_Strict):
     message: MessageIn
 
 
-class SessionOut(BaseModel):
+class SessionOut(_Out):
     """A session. ``viewers`` is shown to those who manage it, else ``[]``."""
 
     id: str
     owner: str | None
     title: str
     viewers: list[str]
-    status: Literal["active", "stopped"]
+    status: Status = Field(description="`idle` (no turn yet), `completed` (a turn finished), "
+                                       "`stopped` (STORE-11/12).")
     created_at: float
     updated_at: float
 
 
-class SessionList(BaseModel):
-    """A page of sessions; ``next`` is the ``after`` cursor of the next page."""
-
-    sessions: list[SessionOut]
-    next: str | None
-
-
-class PositionedMessage(BaseModel):
+class PositionedMessage(_Out):
     """A stored message (canonical shape) and its stable position."""
 
     position: int
     message: dict[str, Any]
 
 
-class MessagePage(BaseModel):
+class MessagePage(_Out):
     """Messages oldest first; ``before`` is the cursor of the next older page."""
 
     messages: list[PositionedMessage]
     before: int | None
 
 
-class TurnOut(BaseModel):
+class TurnOut(_Out):
     """The MEM-14 report and the newest messages after the append."""
 
     count: int
@@ -192,7 +215,7 @@ class TurnOut(BaseModel):
     before: int | None
 
 
-class _Where(BaseModel):
+class _Where(_Out):
     scope: Scope
     resolved_scope_id: str
     refused: bool = Field(description="The scope was refused (MEM-6/MEM-13): the neutral "
@@ -200,10 +223,12 @@ class _Where(BaseModel):
 
 
 class ReadOut(_Where):
-    """A read; refused: ``found`` false and the default."""
+    """A read; refused: ``found`` false and the default. ``written_by``: who last wrote
+    a shared-scope value through the service (``null``: unknown)."""
 
     value: Any = None
     found: bool
+    written_by: str | None
 
 
 class WriteOut(_Where):
@@ -236,9 +261,39 @@ class HistoryOut(_Where):
     before: int | None
 
 
-class WhoAmI(BaseModel):
+class WhoAmI(_Out):
     """The caller as the token says."""
 
     user_id: str | None
     admin: bool
     anonymous: bool
+
+
+class Health(_Out):
+    """The service is up."""
+
+    status: Literal["ok"]
+
+
+class Pagination(_Out):
+    """API-5: exactly these four keys, in this order; ``has_more`` = offset + limit < total."""
+
+    total: int
+    limit: int
+    offset: int
+    has_more: bool
+
+
+class Ok(_Out, Generic[T]):
+    """The result envelope."""
+
+    success: Literal[True]
+    data: T
+
+
+class Page(_Out, Generic[T]):
+    """The paged envelope (API-5, API-6)."""
+
+    success: Literal[True]
+    data: T
+    pagination: Pagination

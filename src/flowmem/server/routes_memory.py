@@ -1,9 +1,10 @@
-"""Memory endpoints for a runtime: read, write, delete, append under a scope.
+"""Memory endpoints for a runtime: read, write, delete, append, history under a scope.
 
 The execution ids come from the request; the user id from the token only.
-Under a session (``session_id``: view it to read, drive it to write) the
-``user`` scope is the session OWNER, only when the owner is a real user —
-never whoever drives (MEM-8) — and the ``session`` scope is that session.
+Who may reach what is :func:`.guard.memory_context` (sessions need drive
+rights, shared scopes need grants). Under a session the ``user`` scope is
+the session OWNER, only when the owner is a real user — never whoever
+drives (MEM-8) — and the ``session`` scope is that session.
 
 A refused scope (MEM-6, MEM-13) answers the neutral MEM-7 result with
 status 200 and ``refused: true``: a read ``found: false`` with the default,
@@ -19,37 +20,30 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from ..access import Action, Principal
+from ..access import SHARED_SCOPES, Level
 from ..memory import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
-from ..scopes import ExecutionContext
-from .deps import Caller, Server, ServerState, append_and_echo, positioned, session_for
+from .deps import Caller, Server, append_and_echo, history_page, positioned
+from .guard import forget_writer, memory_context, record_writer, stamp, written_by
+from .limits import check_value, json_bytes
 from .models import (
     AppendBody,
     AppendOut,
     DeleteOut,
     HistoryBody,
     HistoryOut,
+    Ok,
+    Page,
     ReadBody,
     ReadOut,
     ScopedBody,
     WriteBody,
     WriteOut,
 )
-from .responses import AsciiJSONResponse
-from .sessions import session_context
+from .responses import ApiError, AsciiJSONResponse, clamp_page, ok, paged
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1/memory", tags=["memory"])
-
-
-def _context(server: ServerState, principal: Principal, body: ScopedBody,
-             action: Action) -> ExecutionContext:
-    ids = body.context.model_dump()
-    if body.session_id is None:
-        return ExecutionContext(user_id=principal.user_id, **ids)
-    record = session_for(server, principal, body.session_id, action)
-    return session_context(record, **ids)
 
 
 def _where(result: ReadResult | WriteResult | DeleteResult | ScopedAppendResult | HistoryResult,
@@ -58,52 +52,73 @@ def _where(result: ReadResult | WriteResult | DeleteResult | ScopedAppendResult 
             "refused": result.refused}
 
 
-@router.post("/read", response_model=ReadOut,
+@router.post("/read", response_model=Ok[ReadOut],
              summary="Read a key (refused scope: 200, found false, refused true)")
 def read(body: ReadBody, principal: Caller,
          server: Server) -> AsciiJSONResponse:
-    context = _context(server, principal, body, Action.VIEW)
+    context = memory_context(server, principal, body, Level.READ)
     result = server.memory.read(body.scope, body.key, context=context, default=body.default)
-    return AsciiJSONResponse({**_where(result),
-                              "value": result.value, "found": result.found})
+    limit = server.settings.limits.max_read_bytes
+    if result.found and json_bytes(result.value) > limit:
+        raise ApiError("read_too_large",
+                       f"the value is larger than {limit} bytes: page a conversation with "
+                       f"POST /v1/memory/history")
+    writer = (written_by(server.memory.store, body.scope, result.resolved_scope_id, body.key)
+              if result.found else None)
+    return ok({**_where(result), "value": result.value, "found": result.found,
+               "written_by": writer})
 
 
-@router.post("/write", response_model=WriteOut,
+@router.post("/write", response_model=Ok[WriteOut],
              summary="Write a key (refused scope: 200, ok false, refused true)")
 def write(body: WriteBody, principal: Caller,
           server: Server) -> AsciiJSONResponse:
-    context = _context(server, principal, body, Action.DRIVE)
+    check_value(body.value, server.settings.limits)
+    context = memory_context(server, principal, body, Level.WRITE, erases=True)
     result = server.memory.write(body.scope, body.key, body.value, context=context)
-    return AsciiJSONResponse({**_where(result), "ok": result.ok})
+    if result.ok:
+        record_writer(server.memory.store, body.scope, result.resolved_scope_id, body.key,
+                      principal)
+    return ok({**_where(result), "ok": result.ok})
 
 
-@router.post("/delete", response_model=DeleteOut,
+@router.post("/delete", response_model=Ok[DeleteOut],
              summary="Delete a key (refused scope: 200, ok false, refused true)")
 def delete(body: ScopedBody, principal: Caller,
            server: Server) -> AsciiJSONResponse:
-    context = _context(server, principal, body, Action.DRIVE)
+    context = memory_context(server, principal, body, Level.WRITE, erases=True)
     result = server.memory.delete(body.scope, body.key, context=context)
-    return AsciiJSONResponse({**_where(result),
-                              "ok": result.ok, "found": result.found})
+    if result.found:
+        forget_writer(server.memory.store, body.scope, result.resolved_scope_id, body.key)
+    return ok({**_where(result), "ok": result.ok, "found": result.found})
 
 
-@router.post("/append", response_model=AppendOut,
+@router.post("/append", response_model=Ok[AppendOut],
              summary="Append to a conversation, MEM-1..14 (refused scope: 200, count 0)")
 def append(body: AppendBody, principal: Caller,
            server: Server) -> AsciiJSONResponse:
-    context = _context(server, principal, body, Action.DRIVE)
+    context = memory_context(server, principal, body, Level.WRITE,
+                             erases=body.max_messages is not None)
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
+    if body.scope in SHARED_SCOPES:
+        messages = stamp(messages, principal)
     result, echo = append_and_echo(server, body.scope, body.key, messages, context,
                                    body.max_messages)
-    return AsciiJSONResponse({**_where(result), **echo})
+    return ok({**_where(result), **echo})
 
 
-@router.post("/history", response_model=HistoryOut,
+@router.post("/history", response_model=Page[HistoryOut],
              summary="A page of a conversation, newest last (refused scope: 200, empty)")
 def history(body: HistoryBody, principal: Caller,
             server: Server) -> AsciiJSONResponse:
-    context = _context(server, principal, body, Action.VIEW)
-    page = server.memory.history(body.scope, body.key, context=context, last=body.last,
-                                 before=body.before)
-    return AsciiJSONResponse({**_where(page), "messages": positioned(page),
-                              "before": page.before})
+    if body.limit is not None and body.last is not None:
+        raise ApiError("invalid_field", "give `limit` or its older name `last`, not both",
+                       details=[{"code": "conflicting_fields", "message": "limit and last",
+                                 "locator": "body.last"}])
+    limit, offset = clamp_page(body.limit if body.last is None else body.last, body.offset,
+                               server.settings.page_size)
+    context = memory_context(server, principal, body, Level.READ)
+    page, total = history_page(server, body.scope, body.key, context, limit=limit,
+                               offset=offset, before=body.before)
+    return paged({**_where(page), "messages": positioned(page), "before": page.before},
+                 total, limit, offset)

@@ -3,29 +3,22 @@
 from __future__ import annotations
 
 from fastapi import APIRouter
-from pydantic import BaseModel
 
 from .deps import Caller
-from .models import WhoAmI
-from .responses import AsciiJSONResponse
+from .models import Health, Ok, WhoAmI
+from .responses import AsciiJSONResponse, ok
 
 __all__ = ["router"]
 
 router = APIRouter(tags=["service"])
 
 
-class Health(BaseModel):
-    """The service is up."""
-
-    status: str
-
-
-@router.get("/healthz", response_model=Health, summary="Liveness (no authentication)")
+@router.get("/healthz", response_model=Ok[Health], summary="Liveness (no authentication)")
 def healthz() -> AsciiJSONResponse:
-    return AsciiJSONResponse({"status": "ok"})
+    return ok({"status": "ok"})
 
 
-@router.get("/v1/whoami", response_model=WhoAmI, summary="The caller, as the token says")
+@router.get("/v1/whoami", response_model=Ok[WhoAmI], summary="The caller, as the token says")
 def whoami(principal: Caller) -> AsciiJSONResponse:
-    return AsciiJSONResponse({"user_id": principal.user_id, "admin": principal.admin,
-                              "anonymous": not principal.identified})
+    return ok({"user_id": principal.user_id, "admin": principal.admin,
+               "anonymous": not principal.identified})

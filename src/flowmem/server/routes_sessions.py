@@ -1,42 +1,46 @@
 """Session endpoints: create, get, list mine, grant/revoke view, and driving.
 
-Driving (append a turn, stop, reset) is for the owner or an admin only;
-viewers read, never drive (MEM-9). Editing a stored message is admin-only
-(MEM-15). Every access question goes to :func:`flowmem.access.authorize`.
+Every route needs a token. Driving (append a turn, stop, reset) is for the
+owner or an admin only; viewers read, never drive (MEM-9). Editing,
+deleting or evicting (``max_messages``) stored messages is admin-only
+(MEM-15); a stopped session takes no turn. Every access question goes to
+:func:`flowmem.access.authorize`.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Body, Path, Query
 
 from ..access import Action, Principal, SessionRecord, authorize
 from ..ids import usable_id
 from ..messages import canonical_message
 from ..scopes import StorageKey, resolve_scope
 from .deps import (
-    Caller,
     Identified,
     Server,
     ServerState,
     append_and_echo,
+    history_page,
     positioned,
     session_for,
 )
 from .limits import check_messages
 from .models import (
     EditBody,
+    EmptyBody,
     GrantBody,
     MessagePage,
+    Ok,
+    Page,
     PositionedMessage,
     SessionCreate,
-    SessionList,
     SessionOut,
     TurnBody,
     TurnOut,
 )
-from .responses import ApiError, AsciiJSONResponse
+from .responses import ApiError, AsciiJSONResponse, clamp_page, ok, paged
 from .sessions import TRANSCRIPT_KEY, session_context
 
 __all__ = ["router"]
@@ -46,9 +50,10 @@ MAX_POSITION = 2**62
 Cursor = Annotated[int | None, Query(ge=0, le=MAX_POSITION,
                                      description="Position cursor: messages older than this.")]
 Position = Annotated[int, Path(ge=0, le=MAX_POSITION, description="A message's stable position.")]
-PageSize = Annotated[int | None, Query(ge=1, le=500, description="Page size.")]
+Limit = Annotated[int | None, Query(description="Page size, clamped to 1..100 (API-6).")]
+Offset = Annotated[int | None, Query(description="Rows to skip, floored at 0 (API-6).")]
 Role = Annotated[Literal["owner", "viewer"], Query(description="Sessions I own or may view.")]
-After = Annotated[str | None, Query(max_length=64, description="The `next` cursor of a page.")]
+Optional = Annotated[EmptyBody | None, Body(description="Optional; absent reads as `{}`.")]
 
 
 def _out(server: ServerState, principal: Principal, record: SessionRecord) -> dict[str, Any]:
@@ -58,18 +63,7 @@ def _out(server: ServerState, principal: Principal, record: SessionRecord) -> di
     return data
 
 
-def _json(payload: Any, status: int = 200) -> AsciiJSONResponse:
-    return AsciiJSONResponse(payload, status_code=status)
-
-
-def _limit(server: ServerState, limit: int | None) -> int:
-    return min(limit or server.settings.page_size, server.settings.max_page_size)
-
-
-NEEDS_IDENTITY = {"x-requires-identity": True}
-
-
-@router.post("", status_code=201, response_model=SessionOut, openapi_extra=NEEDS_IDENTITY,
+@router.post("", status_code=201, response_model=Ok[SessionOut],
              summary="Create a session owned by the caller (owner_less: admin only)")
 def create_session(body: SessionCreate, principal: Identified,
                    server: Server) -> AsciiJSONResponse:
@@ -77,76 +71,87 @@ def create_session(body: SessionCreate, principal: Identified,
     proposed = SessionRecord(id="", owner=owner, title=body.title)
     decision = authorize(principal, Action.CREATE, proposed, server.settings.hooks)
     if not decision.allowed:
-        raise ApiError(403, "forbidden", decision.reason)
+        raise ApiError("forbidden", decision.reason)
     record = server.sessions.create(owner, body.title)
-    return _json(_out(server, principal, record), 201)
+    return ok(_out(server, principal, record), 201)
 
 
-@router.get("", response_model=SessionList, openapi_extra=NEEDS_IDENTITY,
-            summary="List the sessions I own (or may view)")
+@router.get("", response_model=Page[list[SessionOut]],
+            summary="List the sessions I own (or may view), API-6 paging")
 def list_sessions(principal: Identified, server: Server, role: Role = "owner",
-                  after: After = None, limit: PageSize = None) -> AsciiJSONResponse:
+                  limit: Limit = None, offset: Offset = None) -> AsciiJSONResponse:
     assert principal.user_id is not None
-    records, cursor = server.sessions.listing(principal.user_id, role, after=after,
-                                              limit=_limit(server, limit))
-    return _json({"sessions": [_out(server, principal, r) for r in records], "next": cursor})
+    size, skip = clamp_page(limit, offset, server.settings.page_size)
+    records, total = server.sessions.listing(principal.user_id, role, offset=skip, limit=size)
+    return paged([_out(server, principal, r) for r in records], total, size, skip)
 
 
-@router.get("/{session_id}", response_model=SessionOut, summary="Get a session (viewers too)")
-def get_session(session_id: str, principal: Caller,
+@router.get("/{session_id}", response_model=Ok[SessionOut], summary="Get a session (viewers too)")
+def get_session(session_id: str, principal: Identified,
                 server: Server) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.VIEW)
-    return _json(_out(server, principal, record))
+    return ok(_out(server, principal, record))
 
 
-@router.post("/{session_id}/viewers", response_model=SessionOut,
+@router.post("/{session_id}/viewers", response_model=Ok[SessionOut],
              summary="Grant view to a user (owner or admin)")
-def grant_view(session_id: str, body: GrantBody, principal: Caller,
+def grant_view(session_id: str, body: GrantBody, principal: Identified,
                server: Server) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.MANAGE)
     grantee = usable_id(body.user_id)
     if grantee is None:
-        raise ApiError(400, "invalid_request", "user_id must be a usable id (not blank, not 0)")
+        raise ApiError("invalid_field", "user_id must be a usable id (not blank, not 0)",
+                       details=[{"code": "unusable_id", "message": "not a usable id",
+                                 "locator": "body.user_id"}])
     if grantee not in record.viewers and len(record.viewers) >= server.settings.max_viewers:
-        raise ApiError(400, "invalid_request",
-                       f"a session has at most {server.settings.max_viewers} viewers")
+        raise ApiError("invalid_field",
+                       f"a session has at most {server.settings.max_viewers} viewers",
+                       details=[{"code": "too_many_viewers", "message": "viewer limit reached",
+                                 "locator": "body.user_id"}])
     return _updated(server, principal, server.sessions.grant(session_id, grantee))
 
 
-@router.delete("/{session_id}/viewers/{user_id}", response_model=SessionOut,
+@router.delete("/{session_id}/viewers/{user_id}", response_model=Ok[SessionOut],
                summary="Revoke a user's view (owner or admin)")
-def revoke_view(session_id: str, user_id: str, principal: Caller,
+def revoke_view(session_id: str, user_id: str, principal: Identified,
                 server: Server) -> AsciiJSONResponse:
     session_for(server, principal, session_id, Action.MANAGE)
     return _updated(server, principal, server.sessions.revoke(session_id, user_id.strip()))
 
 
-@router.post("/{session_id}/turns", response_model=TurnOut,
+def _writable(record: SessionRecord) -> None:
+    if record.status == "stopped":
+        raise ApiError("session_stopped", "the session is stopped; reset it to write again")
+
+
+@router.post("/{session_id}/turns", response_model=Ok[TurnOut],
              summary="Drive: append a turn (owner or admin, MEM-9; MEM-1..14 semantics)")
-def append_turn(session_id: str, body: TurnBody, principal: Caller,
+def append_turn(session_id: str, body: TurnBody, principal: Identified,
                 server: Server) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.DRIVE)
-    if record.status == "stopped":
-        raise ApiError(409, "conflict", "the session is stopped; reset it to drive it again")
+    if body.max_messages is not None:  # evicting session messages: admin only (MEM-15)
+        session_for(server, principal, session_id, Action.EDIT_MESSAGE)
+    _writable(record)
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
     _, echo = append_and_echo(server, "session", TRANSCRIPT_KEY, messages,
                               session_context(record),
                               body.max_messages or server.settings.session_window)
-    return _json(echo)
+    server.sessions.turn_finished(record)
+    return ok(echo)
 
 
-@router.post("/{session_id}/stop", response_model=SessionOut,
+@router.post("/{session_id}/stop", response_model=Ok[SessionOut],
              summary="Drive: stop the session (owner or admin, MEM-9)")
-def stop_session(session_id: str, principal: Caller,
-                 server: Server) -> AsciiJSONResponse:
+def stop_session(session_id: str, principal: Identified, server: Server,
+                 body: Optional = None) -> AsciiJSONResponse:
     session_for(server, principal, session_id, Action.DRIVE)
     return _updated(server, principal, server.sessions.set_status(session_id, "stopped"))
 
 
-@router.post("/{session_id}/reset", response_model=SessionOut,
-             summary="Drive: clear the session's memory and re-activate it (owner or admin)")
-def reset_session(session_id: str, principal: Caller,
-                  server: Server) -> AsciiJSONResponse:
+@router.post("/{session_id}/reset", response_model=Ok[SessionOut],
+             summary="Drive: clear the session's memory; status idle (owner or admin)")
+def reset_session(session_id: str, principal: Identified, server: Server,
+                  body: Optional = None) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.DRIVE)
     context = session_context(record)
     after: str | None = None
@@ -154,25 +159,27 @@ def reset_session(session_id: str, principal: Caller,
         for key in keys:
             server.memory.delete("session", key, context=context)
         after = keys[-1]
-    return _updated(server, principal, server.sessions.set_status(session_id, "active"))
+    return _updated(server, principal, server.sessions.set_status(session_id, "idle"))
 
 
-@router.get("/{session_id}/messages", response_model=MessagePage,
+@router.get("/{session_id}/messages", response_model=Page[MessagePage],
             summary="A page of the session's messages, oldest first (viewers too)")
-def list_messages(session_id: str, principal: Caller, server: Server,
-                  limit: PageSize = None, before: Cursor = None) -> AsciiJSONResponse:
+def list_messages(session_id: str, principal: Identified, server: Server,
+                  limit: Limit = None, offset: Offset = None,
+                  before: Cursor = None) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.VIEW)
-    page = server.memory.history("session", TRANSCRIPT_KEY, context=session_context(record),
-                                 last=_limit(server, limit), before=before)
-    return _json({"messages": positioned(page), "before": page.before})
+    size, skip = clamp_page(limit, offset, server.settings.page_size)
+    page, total = history_page(server, "session", TRANSCRIPT_KEY, session_context(record),
+                               limit=size, offset=skip, before=before)
+    return paged({"messages": positioned(page), "before": page.before}, total, size, skip)
 
 
 def _updated(server: ServerState, principal: Principal,
              record: SessionRecord | None) -> AsciiJSONResponse:
     """The session after a change, or 404 when it vanished meanwhile."""
     if record is None:
-        raise ApiError(404, "not_found", "no such session")
-    return _json(_out(server, principal, record))
+        raise ApiError("session_not_found", "no such session")
+    return ok(_out(server, principal, record))
 
 
 def _transcript(record: SessionRecord) -> StorageKey:
@@ -180,26 +187,26 @@ def _transcript(record: SessionRecord) -> StorageKey:
                       TRANSCRIPT_KEY)
 
 
-@router.put("/{session_id}/messages/{position}", response_model=PositionedMessage,
+@router.put("/{session_id}/messages/{position}", response_model=Ok[PositionedMessage],
             summary="Replace one message (admin only, MEM-15)")
-def update_message(session_id: str, position: Position, body: EditBody, principal: Caller,
+def update_message(session_id: str, position: Position, body: EditBody, principal: Identified,
                    server: Server) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.EDIT_MESSAGE)
     raw = body.message.model_dump(exclude_unset=True)
     check_messages([raw], server.settings.limits)
     message = canonical_message(raw, where="message")
     if not server.memory.store.edit(_transcript(record), position, message):
-        raise ApiError(404, "not_found", f"no message at position {position}")
-    return _json({"position": position, "message": message})
+        raise ApiError("message_not_found", f"no message at position {position}")
+    return ok({"position": position, "message": message})
 
 
-@router.delete("/{session_id}/messages/{position}", response_model=PositionedMessage,
+@router.delete("/{session_id}/messages/{position}", response_model=Ok[PositionedMessage],
                summary="Delete one message (admin only, MEM-15)")
-def delete_message(session_id: str, position: Position, principal: Caller,
+def delete_message(session_id: str, position: Position, principal: Identified,
                    server: Server) -> AsciiJSONResponse:
     record = session_for(server, principal, session_id, Action.EDIT_MESSAGE)
     key = _transcript(record)
     page = server.memory.store.history(key, last=1, before=position + 1)
     if page.positions != [position] or not server.memory.store.edit(key, position, None):
-        raise ApiError(404, "not_found", f"no message at position {position}")
-    return _json({"position": position, "message": page.messages[0]})
+        raise ApiError("message_not_found", f"no message at position {position}")
+    return ok({"position": position, "message": page.messages[0]})

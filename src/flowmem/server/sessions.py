@@ -25,9 +25,9 @@ import uuid
 from collections.abc import Callable
 from typing import Final
 
-from ..access import SessionRecord, memory_principal
-from ..errors import StoreBusy
-from ..scopes import ExecutionContext
+from ..access import SESSION_STATUSES, SessionRecord, memory_principal
+from ..errors import KeyConflict, StoreBusy
+from ..scopes import ExecutionContext, StorageKey
 from ..store import Store
 from .registry import RESERVED_SCOPE, as_mapping, reserved
 
@@ -74,9 +74,21 @@ class SessionRegistry:
         if record is None:
             return None
         try:
-            return SessionRecord.from_json(record)
+            loaded = SessionRecord.from_json(record)
         except (KeyError, TypeError, ValueError):
             return None
+        if loaded.status not in SESSION_STATUSES:  # a record from before STORE-11/12
+            loaded = dataclasses.replace(loaded, status=self._legacy_status(loaded))
+        return loaded
+
+    def _legacy_status(self, record: SessionRecord) -> str:
+        """``active`` (the old spelling): ``completed`` if a turn was stored, else ``idle``."""
+        transcript = StorageKey("session", record.id, TRANSCRIPT_KEY)
+        try:
+            ran = bool(self.store.history(transcript, last=1).positions)
+        except KeyConflict:
+            ran = True
+        return "completed" if ran else "idle"
 
     def update(self, session_id: str,
                change: Callable[[SessionRecord], SessionRecord]) -> SessionRecord | None:
@@ -93,8 +105,17 @@ class SessionRegistry:
             return changed
 
     def set_status(self, session_id: str, status: str) -> SessionRecord | None:
-        """Mark the session ``active`` or ``stopped``."""
+        """Set the session's status (one of :data:`~flowmem.access.SESSION_STATUSES`)."""
+        if status not in SESSION_STATUSES:
+            raise ValueError(f"unknown session status {status!r}")
         return self.update(session_id, lambda r: dataclasses.replace(r, status=status))
+
+    def turn_finished(self, record: SessionRecord) -> SessionRecord:
+        """After a turn: an ``idle`` session becomes ``completed`` (STORE-12)."""
+        if record.status != "idle":
+            return record
+        return self.update(record.id, lambda r: dataclasses.replace(
+            r, status="completed" if r.status == "idle" else r.status)) or record
 
     def grant(self, session_id: str, viewer: str) -> SessionRecord | None:
         """Let ``viewer`` view the session (never drive it, MEM-9)."""
@@ -112,20 +133,26 @@ class SessionRegistry:
             self.store.delete(reserved(f"viewer/{viewer}", session_id))
         return updated
 
-    def listing(self, user_id: str, relation: str, *, after: str | None,
-                limit: int) -> tuple[list[SessionRecord], str | None]:
-        """Sessions ``user_id`` owns (``relation="owner"``) or may view (``"viewer"``).
+    def listing(self, user_id: str, relation: str, *, offset: int,
+                limit: int) -> tuple[list[SessionRecord], int]:
+        """A page of the sessions ``user_id`` owns (``relation="owner"``) or may view
+        (``"viewer"``), oldest id first, and the total under that filter (API-6).
 
-        Returns a page and the cursor of the next page (``None`` at the end).
-        Index entries whose record no longer says so are skipped.
+        The total counts the user's index; a record that no longer says so
+        (a concurrent revoke) is left out of the page.
         """
-        ids = self.store.keys(RESERVED_SCOPE, f"{relation}/{user_id}",
-                              after=after, limit=limit + 1)
-        more = len(ids) > limit
-        ids = ids[:limit]
-        records = [r for r in map(self.load, ids) if r is not None and _relates(r, user_id,
-                                                                                 relation)]
-        return records, (ids[-1] if more and ids else None)
+        ids = self._index(f"{relation}/{user_id}")
+        page = [r for r in map(self.load, ids[offset:offset + limit])
+                if r is not None and _relates(r, user_id, relation)]
+        return page, len(ids)
+
+    def _index(self, scope_id: str) -> list[str]:
+        found: list[str] = []
+        after: str | None = None
+        while batch := self.store.keys(RESERVED_SCOPE, scope_id, after=after, limit=500):
+            found += batch
+            after = batch[-1]
+        return found
 
     def _save(self, record: SessionRecord) -> None:
         self.store.write(reserved(_SESSIONS, record.id), record.to_json())

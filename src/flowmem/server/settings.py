@@ -1,10 +1,10 @@
-"""The service's settings: limits, page sizes, access hooks."""
+"""The service's settings: limits, page sizes, access hooks, the gates."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..access import AccessHook
+from ..access import AccessHook, Level
 from .limits import Limits
 
 __all__ = ["Settings"]
@@ -14,18 +14,30 @@ __all__ = ["Settings"]
 class Settings:
     """How one app behaves.
 
-    ``limits`` are enforced with 413/400 and documented in ``/openapi.json``.
+    ``limits`` are enforced with 400 and documented in ``/openapi.json``.
     ``hooks`` are :data:`~flowmem.access.AccessHook` callables asked after the
     access rules allow an action: they can only add denials (MEM-15).
     ``session_window`` is the ``max_messages`` of a session's conversation
-    when a turn names none (``None``: unbounded). ``echo`` is how many of the
-    newest messages an append answers with.
+    when a turn names none (``None``: unbounded; an operator's policy, so it
+    applies to every turn). ``echo`` is how many of the newest messages an
+    append answers with; ``page_size`` the default ``limit`` of a paged door
+    (clamped to 100, API-6). ``read_timeout`` bounds the seconds a request
+    body may take to arrive. ``allowed_hosts`` (``None``: any) are the
+    ``Host`` names answered (``flowmem serve`` sets the loopback names when
+    bound to loopback). ``anonymous`` is what a caller without a token may
+    do on the shared scopes (``None``: nothing — every ``/v1`` route then
+    needs a token). ``rate_limit`` requests a second per token on average,
+    in bursts of ``burst`` (``0``: no limit).
     """
 
     limits: Limits = field(default_factory=Limits)
     hooks: tuple[AccessHook, ...] = ()
     session_window: int | None = None
     page_size: int = 50
-    max_page_size: int = 500
     echo: int = 50
     max_viewers: int = 100
+    read_timeout: float = 8.0
+    allowed_hosts: tuple[str, ...] | None = None
+    anonymous: Level | None = None
+    rate_limit: float = 50.0
+    burst: int = 100

@@ -1,0 +1,262 @@
+"""ASGI gates every request passes before any route: Host, failures, the body gate.
+
+- :class:`BodyGate` is the ONE body gate of every JSON door (STORE-1,
+  API-1). A present body must arrive within the read deadline, be at most
+  8 MiB, be sent as JSON, decode as UTF-8 JSON whose top level is an object
+  or an array, nest at most 63 levels, and hold only finite numbers; every
+  refusal is 400 in the refusal envelope, before any field is read. An
+  absent body of a POST/PUT/PATCH is read as ``{}`` and gated like any
+  other ("optional never means unvalidated"). The checks run on the raw
+  bytes first (size, then depth in C), so a hostile body never reaches a
+  recursive parser.
+- :class:`HostGate` answers only to the allowed ``Host`` names (DNS
+  rebinding against a loopback service).
+- :class:`Failures` turns what no handler classified into the generic 500
+  (one fixed message and a request id; the cause goes to the log, API-7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import re
+import uuid
+from collections.abc import Collection
+from typing import Any, Final
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .limits import Limits
+from .responses import error_response
+
+__all__ = ["BodyGate", "Failures", "HostGate", "gate_error", "json_depth_error", "new_request_id"]
+
+logger = logging.getLogger("flowmem")
+
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_PAIR: Final = re.compile(rb"\[\]|\{\}")
+_BRACKETS: Final = b"[]{}"
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in _BRACKETS)
+_JSON_TYPE: Final = re.compile(r"^application/(?:[\w.+-]+\+)?json\s*(?:;.*)?$", re.I)
+_WITH_BODY: Final = frozenset({"POST", "PUT", "PATCH"})
+GENERIC_MESSAGE: Final = "internal error; the cause is logged under this request id"
+
+
+def new_request_id() -> str:
+    """A fresh id tying a generic failure's body to its log line."""
+    return uuid.uuid4().hex[:16]
+
+
+def json_depth_error(body: bytes, max_depth: int) -> str | None:
+    """Why ``body`` nests deeper than ``max_depth`` containers, or ``None``.
+
+    Strings are removed first (brackets inside them do not nest); then the
+    innermost ``[]``/``{}`` pairs are removed ``max_depth`` times. Whatever
+    bracket is left nests deeper than the limit (or is unbalanced, which the
+    JSON parser refuses anyway). Every pass runs in C: linear and bounded.
+    """
+    skeleton = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    too_deep = re.compile(rb"[\[{]{%d}" % (max_depth + 1))
+    for _ in range(max_depth):
+        if not skeleton:
+            return None
+        if too_deep.search(skeleton):  # a run of openers nests too deep: no need to pair
+            return f"the body nests deeper than {max_depth} levels"
+        reduced = _PAIR.sub(b"", skeleton)
+        if reduced == skeleton:
+            break
+        skeleton = reduced
+    if not skeleton:
+        return None
+    balanced = (skeleton.count(b"[") == skeleton.count(b"]")
+                and skeleton.count(b"{") == skeleton.count(b"}"))
+    if balanced and _PAIR.search(skeleton):
+        return f"the body nests deeper than {max_depth} levels"
+    return None  # unbalanced: the parser refuses it as not JSON
+
+
+class _BadNumber(ValueError):
+    pass
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _constant(name: str) -> Any:
+    raise _BadNumber(f"the body holds {name}, which is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise _BadNumber(f"the body holds the number {text[:40]!r}, which is not finite")
+    return number
+
+
+def gate_error(body: bytes, content_type: str | None, limits: Limits) -> tuple[str, str] | None:
+    """The gate's refusal of a present body as ``(code, message)``, or ``None`` (STORE-1)."""
+    if len(body) > limits.max_body_bytes:
+        return "body_too_large", f"the body is larger than {limits.max_body_bytes} bytes"
+    if content_type is None or not _JSON_TYPE.match(content_type):
+        return "body_not_json", "the body must be sent as Content-Type: application/json"
+    problem = json_depth_error(body, limits.max_json_depth)
+    if problem is not None:
+        return "body_too_deep", problem
+    try:
+        document = json.loads(body.decode("utf-8"), parse_constant=_constant,
+                              parse_float=_finite)
+    except _BadNumber as exc:
+        return "body_bad_number", str(exc)
+    except UnicodeDecodeError:
+        return "body_not_json", "the body is not UTF-8"
+    except ValueError as exc:
+        if "digits" in str(exc):  # an integer longer than Python converts
+            return "body_bad_number", "the body holds a number too long to convert"
+        return "body_not_json", f"the body is not JSON: {str(exc)[:120]}"
+    except RecursionError:  # pragma: no cover - the depth check runs first
+        return "body_too_deep", "the body nests too deep"
+    if not isinstance(document, dict | list):
+        return "body_not_container", "the body's top level must be an object or an array"
+    return None
+
+
+class BodyGate:
+    """ASGI middleware: the one body gate (see the module notes)."""
+
+    def __init__(self, app: ASGIApp, limits: Limits, read_timeout: float) -> None:
+        self.app = app
+        self.limits = limits
+        self.read_timeout = read_timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers") or ())
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > \
+                self.limits.max_body_bytes:
+            await self._refuse(scope, receive, send, "body_too_large",
+                               f"the body is larger than {self.limits.max_body_bytes} bytes")
+            return
+        try:
+            body = await asyncio.wait_for(self._read(receive), self.read_timeout)
+        except TimeoutError:
+            await self._refuse(scope, receive, send, "body_not_json",
+                               f"the body did not arrive within {self.read_timeout:g} s")
+            return
+        except _TooLarge:
+            await self._refuse(scope, receive, send, "body_too_large",
+                               f"the body is larger than {self.limits.max_body_bytes} bytes")
+            return
+        if body is None:
+            return  # the client went away
+        if not body and scope["method"] in _WITH_BODY:
+            body = b"{}"
+            scope = {**scope, "headers": [*(h for h in scope["headers"]
+                                           if h[0] != b"content-type"),
+                                         (b"content-type", b"application/json")]}
+        elif body:
+            raw_type = headers.get(b"content-type")
+            refusal = gate_error(body, raw_type.decode("latin-1") if raw_type else None,
+                                 self.limits)
+            if refusal is not None:
+                await self._refuse(scope, receive, send, *refusal)
+                return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read(self, receive: Receive) -> bytes | None:
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limits.max_body_bytes:
+                raise _TooLarge
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        return b"".join(chunks)
+
+    @staticmethod
+    async def _refuse(scope: Scope, receive: Receive, send: Send, code: str,
+                      message: str) -> None:
+        response = error_response(code, message, headers={"Connection": "close"})
+        await response(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+def _host_name(host: str) -> str:
+    """``Host`` without its port, lower case (``[::1]:8080`` -> ``[::1]``)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host.partition("]")[0] + "]"
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
+class HostGate:
+    """ASGI middleware: refuse a ``Host`` not in ``allowed`` (400 ``host_not_allowed``)."""
+
+    def __init__(self, app: ASGIApp, allowed: Collection[str]) -> None:
+        self.app = app
+        self.allowed = frozenset(h.lower() for h in allowed)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = dict(scope.get("headers") or ()).get(b"host", b"").decode("latin-1")
+            if _host_name(raw) not in self.allowed:
+                await error_response("host_not_allowed",
+                                     "this service does not answer to that Host header")(
+                    scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class Failures:
+    """ASGI middleware: an exception no handler classified becomes the generic 500.
+
+    The body carries one fixed message and a request id; the cause is logged
+    with the same id and never reaches the body (API-7).
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking)
+        except Exception:
+            request_id = new_request_id()
+            logger.exception("flowmem: request %s (%s %s) failed", request_id,
+                             scope.get("method"), scope.get("path"))
+            if not started:
+                await error_response("internal_error", GENERIC_MESSAGE,
+                                     request_id=request_id)(scope, receive, send)

@@ -1,0 +1,113 @@
+"""Who may reach which memory through ``/v1/memory/*``, and who wrote it.
+
+:func:`memory_context` asks the access rules (:mod:`flowmem.access`) and
+answers with the execution context of the operation or an :class:`ApiError`:
+
+- **under a session** (``session_id``): the caller must DRIVE it (owner or
+  admin), for reads too — a viewer gets 403 and nothing else (MEM-9); a
+  stopped session refuses every write (409 ``session_stopped``); evicting
+  (``max_messages``), overwriting or deleting its transcript is for admins
+  only (403 ``messages_immutable``, MEM-15);
+- **a shared scope** needs a grant of the right level (or admin, or the
+  service's anonymous opt-in): :func:`flowmem.access.decide_scope`.
+
+The writing principal of a shared-scope value is kept in a side record of
+the reserved scope (``writer/<scope>/<scope id>``, key: the memory key), so
+the value itself is exactly what the runtime wrote; a message appended to a
+shared-scope conversation carries it as ``metadata.written_by`` (set by the
+service, never taken from the request).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Final
+
+from ..access import SHARED_SCOPES, Action, Level, Principal, decide_scope
+from ..scopes import ExecutionContext, StorageKey, resolve_scope
+from ..store import Store
+from .deps import ServerState, session_for
+from .models import ScopedBody
+from .registry import as_mapping, reserved
+from .responses import ApiError
+from .sessions import TRANSCRIPT_KEY, session_context
+
+__all__ = ["WRITER_FIELD", "forget_writer", "memory_context", "record_writer", "stamp",
+           "written_by"]
+
+WRITER_FIELD: Final = "written_by"
+
+
+def memory_context(server: ServerState, principal: Principal, body: ScopedBody, level: Level,
+                   *, erases: bool = False) -> ExecutionContext:
+    """The context of one memory operation, once the access rules allow it.
+
+    ``erases``: the operation may remove stored messages (a write or delete
+    replaces the key; an append with ``max_messages`` evicts).
+    """
+    ids = body.context.model_dump()
+    if body.session_id is None:
+        context = ExecutionContext(user_id=principal.user_id, **ids)
+    else:
+        if not principal.identified:
+            raise ApiError("unauthenticated", "a session needs a bearer token",
+                           headers={"WWW-Authenticate": "Bearer"})
+        record = session_for(server, principal, body.session_id, Action.DRIVE)
+        if erases and body.scope == "session" and body.key == TRANSCRIPT_KEY:
+            session_for(server, principal, body.session_id, Action.EDIT_MESSAGE)
+        if level is Level.WRITE and record.status == "stopped":
+            raise ApiError("session_stopped", "the session is stopped; reset it to write again")
+        context = session_context(record, **ids)
+    if body.scope in SHARED_SCOPES:
+        scope_id = resolve_scope(body.scope, context)
+        decision = decide_scope(principal, body.scope, scope_id, level,
+                                anonymous=server.settings.anonymous)
+        if not decision.allowed:
+            if not principal.identified:
+                raise ApiError("unauthenticated", decision.reason,
+                               headers={"WWW-Authenticate": "Bearer"})
+            raise ApiError("scope_forbidden", decision.reason)
+    return context
+
+
+def _who(principal: Principal) -> str:
+    return principal.user_id if principal.user_id is not None else "anonymous"
+
+
+def stamp(messages: list[dict[str, Any]], principal: Principal) -> list[dict[str, Any]]:
+    """Messages for a shared-scope conversation, each naming who wrote it (the
+    request's own ``written_by``, flat or in ``metadata``, is replaced)."""
+    stamped = []
+    for message in messages:
+        copy = {k: v for k, v in message.items() if k != WRITER_FIELD}
+        copy["metadata"] = {**(copy.get("metadata") or {}), WRITER_FIELD: _who(principal)}
+        stamped.append(copy)
+    return stamped
+
+
+def _side(scope: str, scope_id: str, key: str) -> StorageKey:
+    return reserved(f"writer/{scope}/{scope_id}", key)
+
+
+def record_writer(store: Store, scope: str, scope_id: str, key: str,
+                  principal: Principal) -> None:
+    """Remember who last wrote the shared-scope value at (scope, scope id, key)."""
+    if scope in SHARED_SCOPES:
+        store.write(_side(scope, scope_id, key),
+                    {"user_id": _who(principal), "admin": principal.admin, "at": time.time()})
+
+
+def forget_writer(store: Store, scope: str, scope_id: str, key: str) -> None:
+    """Drop the writer record of a deleted shared-scope key."""
+    if scope in SHARED_SCOPES:
+        store.delete(_side(scope, scope_id, key))
+
+
+def written_by(store: Store, scope: str, scope_id: str, key: str) -> str | None:
+    """Who last wrote the shared-scope value through the service (``None``: unknown)."""
+    if scope not in SHARED_SCOPES:
+        return None
+    found, value = store.read(_side(scope, scope_id, key))
+    record = as_mapping(value) if found else None
+    user = record.get("user_id") if record is not None else None
+    return user if isinstance(user, str) else None

@@ -1,0 +1,109 @@
+"""Running the app under uvicorn with the connection deadlines of ``flowmem serve``.
+
+uvicorn closes an idle keep-alive connection after ``timeout_keep_alive``,
+but any byte resets that timer and a connection that never completes a
+request head has no deadline at all, so idle and slow ("slowloris")
+connections could stay open forever. :class:`DeadlineProtocol` closes a
+connection that has not delivered a complete request head within
+:data:`HEAD_DEADLINE` seconds of opening or of its previous response; the
+body gate bounds the body the same way (``Settings.read_timeout``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from ..memory import Memory
+from .app import create_app
+from .settings import Settings
+
+__all__ = ["HEAD_DEADLINE", "KEEP_ALIVE", "LOOPBACK_HOSTS", "DeadlineProtocol", "allowed_hosts",
+           "serve"]
+
+HEAD_DEADLINE: Final = 8.0
+KEEP_ALIVE: Final = 5
+LOOPBACK_HOSTS: Final = ("localhost", "127.0.0.1", "[::1]")
+
+
+class DeadlineProtocol(H11Protocol):
+    """uvicorn's h11 protocol, closing connections that send no request head in time."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._seen: Any = None
+        self._deadline: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._note_request()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self._note_request():
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel()
+        super().connection_lost(exc)
+
+    def _note_request(self) -> bool:
+        """Whether a new request head has arrived (then the deadline is lifted)."""
+        cycle = self.cycle
+        if cycle is not None and cycle is not self._seen and not cycle.response_complete:
+            self._seen = cycle
+            self._cancel()
+            return True
+        return False
+
+    def _arm(self) -> None:
+        self._cancel()
+        if not self.transport.is_closing():
+            self._deadline = self.loop.call_later(HEAD_DEADLINE, self._expire)
+
+    def _cancel(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expire(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
+
+
+def allowed_hosts(host: str, extra: Iterable[str]) -> tuple[str, ...] | None:
+    """The ``Host`` names to answer: bound to loopback, the loopback names plus
+    ``extra``; elsewhere ``extra`` if given, else any (``None``)."""
+    names = tuple(h.strip().lower() for h in extra if h.strip())
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return LOOPBACK_HOSTS + names
+    return names or None
+
+
+def serve(memory: Memory, settings: Settings, *, host: str, port: int, log_level: str) -> None:
+    """Serve ``memory`` until SIGTERM/SIGINT (graceful: the store is closed at the end)."""
+    app = create_app(memory, settings)
+
+    @asynccontextmanager
+    async def lifespan(_: Any) -> AsyncIterator[None]:
+        yield
+        memory.close()  # graceful shutdown: uvicorn then re-raises the signal
+
+    app.router.lifespan_context = lifespan
+    try:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, http=DeadlineProtocol,
+                    timeout_keep_alive=KEEP_ALIVE, server_header=False)
+    finally:
+        memory.close()
