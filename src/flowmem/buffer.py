@@ -194,6 +194,12 @@ class ConversationBuffer:
         chosen = self._entries[start:end]
         return [json_copy(e.message) for e in chosen], [e.pos for e in chosen]
 
+    def count_before(self, before: int | None) -> int:
+        """How many entries sit before position ``before`` (all when ``None``)."""
+        if before is None:
+            return len(self._entries)
+        return bisect_left(self._entries, before, key=_pos)
+
     def view(self, incoming: Sequence[Message]) -> BufferView:
         """What the planner needs to know about this buffer for ``incoming``."""
         ids = mentioned_ids(incoming)

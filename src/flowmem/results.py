@@ -61,8 +61,8 @@ class DeleteResult:
 class HistoryResult:
     """A page of a conversation, oldest first; ``before`` pages further back.
 
-    ``total`` is the conversation's whole length (``None`` where the store
-    keeps no count).
+    ``total`` counts the entries before ``before`` (the whole conversation
+    without it; ``None`` where the store does not count).
     """
 
     messages: list[Message] = field(default_factory=list)

@@ -89,9 +89,9 @@ class HistoryPage:
 
     ``positions`` are the entries' stable positions (an entry keeps its
     position for life). ``before`` is the cursor for the next older page, or
-    ``None`` when nothing older remains. ``total`` is the whole
-    conversation's length, read from the buffer's own count (no scan);
-    ``None`` from a store that does not keep one.
+    ``None`` when nothing older remains. ``total`` is how many entries
+    sit before ``before`` (the whole conversation without it: the buffer's own
+    count); ``None`` from a store that does not count.
     """
 
     messages: list[Message] = field(default_factory=list)

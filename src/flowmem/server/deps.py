@@ -152,20 +152,23 @@ def positioned(page: HistoryResult) -> list[dict[str, Any]]:
 
 def history_page(server: ServerState, scope: str, key: str, context: ExecutionContext, *,
                  limit: int, offset: int, before: int | None) -> tuple[HistoryResult, int]:
-    """A page of a conversation and the total under its filter (API-6).
+    """A page of a conversation and its total (API-6), at a cost bounded by the page.
 
     The page is the ``limit`` messages older than the newest ``offset``
-    messages older than ``before``; the total counts the messages older
-    than ``before`` (all of them without it). ``Memory`` has no count yet, so
-    the total is counted by reading the positions: linear in the length.
+    messages older than ``before``; the total counts the messages older than
+    ``before`` (all of them without it), as the store counts them: the
+    buffer's own count, or an index range count under a cursor.
     """
-    whole = server.memory.history(scope, key, context=context, last=None, before=before)
-    total = len(whole.positions)
-    end = max(total - offset, 0)
-    start = max(end - limit, 0)
-    page = HistoryResult(whole.messages[start:end], whole.positions[start:end],
-                         whole.positions[start] if 0 < start < total else None,
-                         whole.scope, whole.resolved_scope_id, whole.refused)
+    fetched = server.memory.history(scope, key, context=context, last=offset + limit,
+                                    before=before)
+    keep = max(len(fetched.positions) - offset, 0)
+    page = HistoryResult(fetched.messages[:keep], fetched.positions[:keep],
+                         fetched.before if keep else None, fetched.scope,
+                         fetched.resolved_scope_id, fetched.refused)
+    total = fetched.total
+    if total is None:  # a store that does not count: count the positions (linear)
+        total = len(server.memory.history(scope, key, context=context,
+                                          before=before).positions)
     return page, total
 
 

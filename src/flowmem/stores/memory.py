@@ -124,7 +124,7 @@ class InMemoryStore:
             messages, positions = buffer.page(last=last, before=before)
             older = bool(positions) and buffer.page(last=1, before=positions[0])[1] != []
             return HistoryPage(messages, positions, positions[0] if older else None,
-                               len(buffer))
+                               buffer.count_before(before))
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
         with self._mutex:

@@ -233,8 +233,12 @@ class SQLConversations:
                       (key.scope, key.scope_id, key.key))
         if not rows:
             return HistoryPage(total=0)
-        page = yield from self.page(int(rows[0][0]), last, before)
-        return HistoryPage(page.messages, page.positions, page.before, int(rows[0][1]))
+        buffer_id, total = int(rows[0][0]), int(rows[0][1])
+        page = yield from self.page(buffer_id, last, before)
+        if before is not None:  # an index range count, no row is read
+            total = int((yield ("SELECT count(*) FROM messages WHERE buffer_id = ? AND pos < ?",
+                                (buffer_id, before)))[0][0])
+        return HistoryPage(page.messages, page.positions, page.before, total)
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> Program[bool]:
         buffer_id = yield from self.buffer_id(key, lock=True)

@@ -226,7 +226,8 @@ class StoreContract:
         assert [m["content"] for m in oldest.messages] == ["0"]
         assert oldest.before is None
         assert store.history(fresh_key()).messages == []
-        assert page.total in (None, 7)  # the whole conversation, whatever the page (None: no count)
+        assert page.total in (None, 7)  # the whole conversation (None: a store that cannot count)
+        assert older.total in (None, 4) and oldest.total in (None, 1)  # older than the cursor
 
     def test_positions_are_stable_across_healing(self, store: Store) -> None:
         key = fresh_key()
