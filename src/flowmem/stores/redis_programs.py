@@ -246,7 +246,7 @@ class RedisPrograms:
                 if conflicts > 2:
                     yield Sleep(random.uniform(0, min(POLL_MAX, POLL_START * conflicts)))
                 still, snap = yield from retried(
-                    partial(self._snapshot, names, ids, heals, token if held else None))
+                    partial(self._snapshot, names, ids, heals, token if held else None, True))
                 if held and not still:
                     held = serialized = False  # the lease lapsed and someone took it
         except GeneratorExit:
@@ -256,12 +256,12 @@ class RedisPrograms:
                 yield from self.release(names, lease)
             raise
 
-    def _snapshot(self, names: Names, ids: list[str], heals: bool,
-                  lease: str | None) -> Program[tuple[bool, _Snapshot]]:
-        """The planner's view and the version in one MULTI; maybe take or renew the lease."""
+    def _snapshot(self, names: Names, ids: list[str], heals: bool, lease: str | None,
+                  renew: bool = False) -> Program[tuple[bool, _Snapshot]]:
+        """The planner's view and the version in one MULTI; maybe take (or renew) the lease."""
         commands: list[Command] = []
         if lease is not None:
-            commands.append(self._lease(names, lease))
+            commands.append(self._lease(names, lease, renew=renew))
         commands += [("EXISTS", names.value), ("HGET", names.meta, "ver")]
         if ids:
             commands += [("HMGET", names.res, *ids), ("HMGET", names.calls, *ids)]
@@ -328,7 +328,7 @@ class RedisPrograms:
             ("EXISTS", names.value), ("HGET", names.meta, "ver"),
             ("ZRANGE", names.pos, 0, -1), ("HGETALL", names.body))
         if lease is not None:
-            commands += (self._lease(names, lease),)  # renewed by the edit's own reads
+            commands += (self._lease(names, lease, renew=True),)  # the edit's reads renew it
         replies = yield Pipe(commands, transaction=True)
         _first_error(replies)
         exists, version, stored, bodies = replies[:4]
@@ -347,8 +347,8 @@ class RedisPrograms:
         return args
 
     # -- MEM-12 leases --------------------------------------------------------------------
-    def _lease(self, names: Names, token: str) -> Command:
-        return ("EVAL", lua.LEASE, 1, names.lock, token, self.lease_ms)
+    def _lease(self, names: Names, token: str, *, renew: bool = False) -> Command:
+        return ("EVAL", lua.RENEW if renew else lua.LEASE, 1, names.lock, token, self.lease_ms)
 
     def take(self, names: Names, token: str) -> Program[bool]:
         """Take (or renew) the lease once; whether ``token`` holds it."""
@@ -381,8 +381,10 @@ class RedisPrograms:
             raise
 
     def renew(self, names: Names, token: str) -> Program[bool]:
-        """Extend a held lease (a lapsed one is taken again if free); whether still held."""
-        return (yield from self.take(names, token))
+        """Extend the lease while ``token`` holds it (never re-take it); whether it did."""
+        reply = (yield Pipe((self._lease(names, token, renew=True),)))[0]
+        _first_error([reply])
+        return bool(reply == 1)
 
     def release(self, names: Names, token: str) -> Program[None]:
         """Compare-and-delete, best effort: an unreleased lease lapses by itself."""

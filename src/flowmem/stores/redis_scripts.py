@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["APPLY", "BUFFER_PARTS", "EDIT", "HISTORY", "LEASE", "READ", "RELEASE", "WRITE"]
+__all__ = ["APPLY", "BUFFER_PARTS", "EDIT", "HISTORY", "LEASE", "READ", "RELEASE", "RENEW", "WRITE"]
 
 BUFFER_PARTS: Final = ("v", "meta", "pos", "body", "info", "res", "calls", "pend", "lock")
 """The suffixes of one buffer's keys, in the order every script takes them."""
@@ -337,6 +337,13 @@ if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
 if holder then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
+"""
+
+RENEW: Final = r"""#!lua
+-- extend the lease KEYS[1] by ARGV[2] ms only while ARGV[1] holds it (a late
+-- renewal never re-takes a released lease); 1 when it did
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
 """
 
 EDIT: Final = "#!lua\n" + _PRELUDE + r"""
