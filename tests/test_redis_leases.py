@@ -217,3 +217,31 @@ def test_mem12_after_an_aof_restart_dead_holders_do_not_stall_appends(
     assert serialized
     print(f"\nMEM-12 Redis lease after an AOF restart: lock restored with {ttl} ms left; "
           f"next append waited {wait * 1000:.0f} ms (lock_ttl 1 s)")
+
+
+def test_both_faces_reconnect_and_reload_their_scripts_after_a_restart(
+        private_redis: PrivateRedis) -> None:
+    """A restart empties the script cache and drops every connection: the next append
+    (its read retried once on a fresh connection, its script reloaded on NOSCRIPT)
+    lands whole on both faces."""
+    url = f"{private_redis.url}?prefix=restart"
+    key = StorageKey("workflow", f"t-{uuid.uuid4().hex}", "conv")
+    sync = RedisStore.from_url(url)
+
+    async def run() -> None:
+        store = AsyncRedisStore.from_url(url)
+        try:
+            assert (await store.append(key, BATCH, max_messages=None, lock_timeout=1.0)).count == 2
+            private_redis.kill()
+            private_redis.start()
+            assert (await store.append(key, BATCH, max_messages=None, lock_timeout=1.0)).count == 3
+        finally:
+            await store.aclose()
+
+    try:
+        assert sync.append(key, BATCH, max_messages=None, lock_timeout=1.0).count == 1
+        asyncio.run(run())
+        assert sync.append(key, BATCH, max_messages=None, lock_timeout=1.0).count == 4
+        assert sync.read(key) == (True, BATCH * 4)
+    finally:
+        sync.close()

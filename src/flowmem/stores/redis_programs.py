@@ -17,9 +17,11 @@ whole — the connection is lost, the caller is cancelled — the driver *throws
 the (mapped) exception into the program at its ``yield``, so the program's
 own ``try``/``finally`` can still release the MEM-12 lease it may hold.
 
-Locks are leases (MEM-12, see :mod:`flowmem.stores.redis`): taken or renewed
-by the :data:`~flowmem.stores.redis_scripts.LEASE` script for ``lease_ms``,
-fenced by a random token, renewed by the holder's own round trips.
+Locks are leases (MEM-12, see :mod:`flowmem.stores.redis`): a random token
+set for ``lease_ms`` by :data:`~flowmem.stores.redis_scripts.LEASE`, extended
+only by its holder (:data:`~flowmem.stores.redis_scripts.RENEW`: an append in
+its own round trips, a ``lock()`` holder from the driver's renewer) and
+released by compare-and-delete — so a dead holder's lease lapses by itself.
 """
 
 from __future__ import annotations
