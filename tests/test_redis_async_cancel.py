@@ -25,7 +25,9 @@ from flowmem import StorageKey
 from flowmem.buffer import append as model_append
 from flowmem.messages import Message, canonical_messages
 from flowmem.stores.redis_async import AsyncRedisStore
+from flowmem.stores.redis_drivers import Driver
 from flowmem.stores.redis_layout import key_names
+from flowmem.stores.redis_programs import Sleep
 from redis_support import drop_prefix, session_prefix, url_with
 
 pytestmark = pytest.mark.skipif(unavailable("redis") is not None,
@@ -76,13 +78,34 @@ async def _cancel_soon(rng: random.Random, task: asyncio.Task[Any]) -> None:
     task.cancel()
 
 
+def _label(request: Any) -> str:
+    if isinstance(request, Sleep):
+        return "lock wait sleep"
+    first = request.commands[0][0]
+    if request.transaction:
+        return "read (MULTI)"
+    return {"EVALSHA": "script", "EVAL": "lock wait poll"}.get(first, first)
+
+
 def test_appends_cancelled_at_random_points_are_whole_or_absent_and_free_the_lock(
-        prefix: str) -> None:
+        prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     key = StorageKey("workflow", f"cancel-{uuid.uuid4().hex}", "conv")
     lock_key = key_names(prefix.encode(), key).lock
     stats: Counter[str] = Counter()
+    struck: Counter[str] = Counter()  # the request in flight when a cancellation struck
+    real = Driver.aexecute
+
+    async def watched(self: Driver, request: Any, what: str) -> Any:
+        try:
+            return await real(self, request, what)
+        except asyncio.CancelledError:
+            if what == "append":
+                struck[_label(request)] += 1
+            raise
+
+    monkeypatch.setattr(Driver, "aexecute", watched)
 
     async def run() -> None:
         import redis.asyncio
@@ -135,7 +158,8 @@ def test_appends_cancelled_at_random_points_are_whole_or_absent_and_free_the_loc
 
     asyncio.run(run())
     print(f"\nRedis async cancellation (seed {seed}): {CASES} cases, " +
-          ", ".join(f"{name} {count}" for name, count in sorted(stats.items())))
+          ", ".join(f"{name} {count}" for name, count in sorted(stats.items())) +
+          "; struck during: " + ", ".join(f"{k} {v}" for k, v in sorted(struck.items())))
     assert stats["violations"] == 0
     assert stats["next append unserialized"] == 0
     assert stats["cancelled"] > CASES // 4  # the cancellations really struck mid-append

@@ -121,7 +121,8 @@ class AsyncRedisStore:
     async def aclose(self) -> None:
         """Release the connections; the store is unusable afterwards."""
         self._closed = True
-        await self._driver.client.aclose()
+        client = self._driver.client
+        await (client.aclose() if hasattr(client, "aclose") else client.close())  # redis<5.0.1
 
     async def __aenter__(self) -> AsyncRedisStore:
         return self
