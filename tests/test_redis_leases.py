@@ -127,12 +127,17 @@ def test_mem12_a_live_holder_keeps_its_lease_past_many_lock_ttls(prefix: str, fa
             await holder.aclose()
 
     try:
-        if face == "sync":
-            with RedisStore.from_url(url).lock(key, 1.0) as held:
-                assert held
+        if face == "sync":  # two leases of one store: one renewer thread keeps both
+            holder = RedisStore.from_url(url)
+            other = StorageKey("workflow", f"t-{uuid.uuid4().hex}", "conv")
+            with holder.lock(key, 1.0) as held, holder.lock(other, 1.0) as held_too:
+                assert held and held_too
                 time.sleep(1.2)
                 serialized = store.append(key, BATCH, max_messages=None,
                                           lock_timeout=0.05).serialized
+                assert not store.append(other, BATCH, max_messages=None,
+                                        lock_timeout=0.05).serialized
+            holder.close()
         else:
             serialized = asyncio.run(async_hold())
         assert serialized is False  # still held: renewed, not lapsed

@@ -104,6 +104,8 @@ class RedisStore:
         self.programs = RedisPrograms(prefix.encode("utf-8", "surrogatepass"),
                                       max(1, int(lock_ttl * 1000)))
         self._driver = Driver(client)
+        self._renewer = Renewer(lambda leases: self._run(self.programs.renew_all(leases), "lock"),
+                                lock_ttl / 3)
         self._closed = False
 
     @classmethod
@@ -157,7 +159,7 @@ class RedisStore:
         return self._run(self.programs.keys(scope, scope_id, prefix, after, limit), "keys")
 
     def lock(self, key: StorageKey, timeout: float) -> AbstractContextManager[bool]:
-        """The MEM-12 lease of ``key``, renewed by a background thread while the block runs."""
+        """The MEM-12 lease of ``key``, renewed by the store's renewer thread meanwhile."""
         return self._hold(key, timeout)
 
     @contextmanager
@@ -167,15 +169,15 @@ class RedisStore:
         if not self._run(self.programs.acquire(names, token, timeout), "lock"):
             yield False
             return
-        renewer = Renewer(lambda: self._run(self.programs.renew(names, token), "lock"),
-                          self.lock_ttl / 3)
+        self._renewer.add(names, token)
         try:
             yield True
         finally:
-            renewer.stop()
+            self._renewer.discard(token)
             if not self._closed:
                 self._run(self.programs.release(names, token), "lock")
 
     def close(self) -> None:
         self._closed = True
+        self._renewer.close()
         self._driver.client.close()

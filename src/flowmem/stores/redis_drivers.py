@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import InvalidStoreURL, MissingDependency, StoreError, StoreUnavailable
-from .redis_layout import split_url
+from .redis_layout import Names, split_url
 from .redis_programs import NoScript, Pipe, Program, Request, Sleep, T
 
 __all__ = ["Driver", "Renewer", "adrive", "drive", "import_redis", "make_client", "renew_task"]
@@ -181,25 +181,51 @@ async def adrive(program: Program[T], driver: Driver, what: str) -> T:
 
 
 class Renewer:
-    """A daemon thread renewing a held lease every ``period`` seconds until stopped."""
+    """One daemon thread per store renewing every held ``lock()`` lease each ``period`` s.
 
-    def __init__(self, renew: Callable[[], object], period: float) -> None:
+    A lease is added when a ``lock()`` block starts and discarded when it ends;
+    all renewals go in one round trip. The thread starts with the first lease
+    (again after a fork) and ends when none is left.
+    """
+
+    def __init__(self, renew: Callable[[list[tuple[Names, str]]], object],
+                 period: float) -> None:
         self._renew = renew
         self._period = period
+        self._held: dict[str, Names] = {}
+        self._mutex = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="flowmem-redis-lease",
-                                        daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+
+    def add(self, names: Names, token: str) -> None:
+        with self._mutex:
+            self._held[token] = names
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="flowmem-redis-lease",
+                                                daemon=True)
+                self._thread.start()
+
+    def discard(self, token: str) -> None:
+        with self._mutex:
+            self._held.pop(token, None)
 
     def _run(self) -> None:
         while not self._stop.wait(self._period):
-            # the server is away: the lease may lapse; the version check still holds
+            with self._mutex:
+                held = [(names, token) for token, names in self._held.items()]
+                if not held:
+                    self._thread = None
+                    return
+            # the server is away: a lease may lapse; the version check still holds
             with contextlib.suppress(StoreError):
-                self._renew()
+                self._renew(held)
 
-    def stop(self) -> None:
+    def close(self) -> None:
         self._stop.set()
-        self._thread.join()
+        with self._mutex:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
 
 
 def renew_task(renew: Callable[[], Awaitable[object]], period: float) -> asyncio.Task[None]:
