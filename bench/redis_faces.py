@@ -1,6 +1,7 @@
 """Redis store, sync vs asyncio face: µs per append and appends/s, same workload, same run.
 
-``python bench/redis_faces.py [--url redis://127.0.0.1:6379/15] [--appends 3000] [--writers 8]``
+``python bench/redis_faces.py [--url redis://127.0.0.1:6379/15] [--appends 3000] [--writers 8]
+[--rounds 3]``
 
 Both faces run the same sans-I/O programs (flowmem.stores.redis_programs);
 they differ only in the driver. Three figures per face:
@@ -12,7 +13,9 @@ they differ only in the driver. Three figures per face:
   event loop on the asyncio face), each on its own conversation: appends/s;
 * the same writers on ONE conversation (MEM-12 contention): appends/s.
 
-Keys go under a fresh prefix, deleted at the end. Not run by pytest.
+The faces alternate for ``--rounds`` rounds (so background load hits both
+alike) and each figure is the median over the rounds. Keys go under a fresh
+prefix, deleted at the end. Not run by pytest.
 """
 
 from __future__ import annotations
@@ -121,19 +124,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default="redis://127.0.0.1:6379/15")
     parser.add_argument("--appends", type=int, default=3000)
     parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     prefix = f"fmbench-{uuid.uuid4().hex[:10]}"
     url = f"{args.url}{'&' if '?' in args.url else '?'}prefix={prefix}"
     try:
-        rows = [("sync (threads)", sync_face(url, args.appends, args.writers))]
-        try:
-            rows.append(("async (tasks)", asyncio.run(
-                async_face(url, args.appends, args.writers))))
-        except ImportError:
-            print("(no flowmem.stores.redis_async here: sync face only)")
+        runs: dict[str, list[tuple[float, float, float]]] = {"sync (threads)": [],
+                                                               "async (tasks)": []}
+        for _ in range(args.rounds):
+            runs["sync (threads)"].append(sync_face(url, args.appends, args.writers))
+            try:
+                runs["async (tasks)"].append(asyncio.run(
+                    async_face(url, args.appends, args.writers)))
+            except ImportError:
+                runs.pop("async (tasks)", None)
         print(f"face            µs/append (1 writer)   appends/s ({args.writers} keys)   "
-              f"appends/s ({args.writers} on 1 key)")
-        for name, (us, spread, shared) in rows:
+              f"appends/s ({args.writers} on 1 key)   [median of {args.rounds} rounds]")
+        for name, figures in runs.items():
+            us, spread, shared = (statistics.median(column) for column in zip(*figures,
+                                                                            strict=True))
             print(f"{name:15} {us:20.0f}   {spread:21.0f}   {shared:23.0f}")
     finally:
         import redis
