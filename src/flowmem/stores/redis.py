@@ -34,10 +34,10 @@ MEM-12. ``append`` takes the per-key lock with the bounded wait; past
 — the version check keeps it whole. It also reports ``serialized=False`` when
 other writers keep invalidating its plan past ``lock_timeout`` (it keeps
 retrying; the turn is never dropped). The lock is a *lease*: a random token
-set for ``lock_ttl`` seconds (URL option, default 1) by the ``LEASE`` script,
-renewed by the holder — an append in each of its own round trips, a
-``lock()`` holder by a background renewer every ``lock_ttl / 3`` — and
-released by compare-and-delete (the first attempt rides in the read's round
+set for ``lock_ttl`` seconds (URL option, default 1) when free (``SET NX PX``),
+renewed only by its holder (the ``RENEW`` script) — an append in each of its
+own round trips, a ``lock()`` holder by a background renewer every
+``lock_ttl / 3`` — and released by compare-and-delete (the first attempt rides in the read's round
 trip, the release in the script's). The token fences it: nobody renews or
 releases another's lease, and an append reports ``serialized=True`` only if
 its script found the lease still its own. A holder that dies (kill -9, a lost

@@ -18,7 +18,7 @@ the (mapped) exception into the program at its ``yield``, so the program's
 own ``try``/``finally`` can still release the MEM-12 lease it may hold.
 
 Locks are leases (MEM-12, see :mod:`flowmem.stores.redis`): a random token
-set for ``lease_ms`` by :data:`~flowmem.stores.redis_scripts.LEASE`, extended
+set for ``lease_ms`` when the key is free (``SET NX PX``), extended
 only by its holder (:data:`~flowmem.stores.redis_scripts.RENEW`: an append in
 its own round trips, a ``lock()`` holder from the driver's renewer) and
 released by compare-and-delete — so a dead holder's lease lapses by itself.
@@ -91,6 +91,12 @@ def _first_error(replies: Sequence[Any]) -> None:
     for reply in replies:
         if isinstance(reply, StoreError):
             raise reply
+
+
+def _held(reply: Any) -> bool:
+    """``SET NX`` replies ``True``/``OK`` when it took the lease, ``RENEW`` ``1`` when it
+    extended it; anything else (``None``, ``0``) means another token holds it."""
+    return reply is True or reply == 1 or reply == b"OK"
 
 
 def _conflict(names: Names) -> KeyConflict:
@@ -271,7 +277,7 @@ class RedisPrograms:
             commands.append(("HGETALL", names.pend))
         replies = list((yield Pipe(tuple(commands), transaction=True)))
         _first_error(replies)
-        held = lease is not None and replies.pop(0) == 1
+        held = lease is not None and _held(replies.pop(0))
         if replies.pop(0):
             raise _conflict(names)
         version = (replies.pop(0) or b"").decode()
@@ -350,13 +356,18 @@ class RedisPrograms:
 
     # -- MEM-12 leases --------------------------------------------------------------------
     def _lease(self, names: Names, token: str, *, renew: bool = False) -> Command:
-        return ("EVAL", lua.RENEW if renew else lua.LEASE, 1, names.lock, token, self.lease_ms)
+        """Take the lease when free (``SET NX PX``: a fresh token never holds it yet), or
+        renew it while ``token`` holds it (the tiny ``RENEW`` script, sent with EVAL so
+        it never meets NOSCRIPT inside a MULTI). Either replies truthy when held."""
+        if renew:
+            return ("EVAL", lua.RENEW, 1, names.lock, token, self.lease_ms)
+        return ("SET", names.lock, token, "NX", "PX", self.lease_ms)
 
     def take(self, names: Names, token: str) -> Program[bool]:
-        """Take (or renew) the lease once; whether ``token`` holds it."""
+        """Try once to take the lease; whether ``token`` got it."""
         reply = (yield Pipe((self._lease(names, token),)))[0]
         _first_error([reply])
-        return bool(reply == 1)
+        return _held(reply)
 
     def wait(self, names: Names, token: str, deadline: float) -> Program[bool]:
         """Poll for the lease with jittered backoff until ``deadline`` (MEM-12's bound)."""
@@ -386,7 +397,7 @@ class RedisPrograms:
         """Extend the lease while ``token`` holds it (never re-take it); whether it did."""
         reply = (yield Pipe((self._lease(names, token, renew=True),)))[0]
         _first_error([reply])
-        return bool(reply == 1)
+        return _held(reply)
 
     def renew_all(self, leases: Sequence[tuple[Names, str]]) -> Program[None]:
         """Renew many held leases in one round trip (a ``lock()`` renewer's beat)."""

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["APPLY", "BUFFER_PARTS", "EDIT", "HISTORY", "LEASE", "READ", "RELEASE", "RENEW", "WRITE"]
+__all__ = ["APPLY", "BUFFER_PARTS", "EDIT", "HISTORY", "READ", "RELEASE", "RENEW", "WRITE"]
 
 BUFFER_PARTS: Final = ("v", "meta", "pos", "body", "info", "res", "calls", "pend", "lock")
 """The suffixes of one buffer's keys, in the order every script takes them."""
@@ -328,20 +328,10 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) 
 return 0
 """
 
-LEASE: Final = r"""#!lua
--- the MEM-12 lease (KEYS[1]): take it when free, renew it when ARGV[1] holds it,
--- for ARGV[2] ms; 1 when ARGV[1] holds it afterwards. Sent with EVAL (it is
--- tiny), so it never meets NOSCRIPT inside a MULTI.
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return 1 end
-if holder then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-"""
-
 RENEW: Final = r"""#!lua
--- extend the lease KEYS[1] by ARGV[2] ms only while ARGV[1] holds it (a late
--- renewal never re-takes a released lease); 1 when it did
+-- extend the MEM-12 lease KEYS[1] by ARGV[2] ms only while ARGV[1] holds it (a
+-- late renewal never re-takes a released lease); 1 when it did. Sent with EVAL
+-- (it is tiny), so it never meets NOSCRIPT inside a MULTI.
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return 0
 """
