@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from backends import unavailable
-from flowmem import StorageKey
+from flowmem import StorageKey, StoreUnavailable
 from flowmem.messages import canonical_messages
 from flowmem.stores.redis import RedisStore
 from flowmem.stores.redis_async import AsyncRedisStore
@@ -40,7 +40,7 @@ BATCH = canonical_messages([{"role": "user", "content": "after the holder died"}
 
 _HOLDER = r"""
 import asyncio, sys, time
-from flowmem import StorageKey
+from flowmem import StorageKey, StoreUnavailable
 face, url, scope_id = sys.argv[1:4]
 key = StorageKey("workflow", scope_id, "conv")
 if face == "sync":
@@ -250,3 +250,40 @@ def test_both_faces_reconnect_and_reload_their_scripts_after_a_restart(
         assert sync.read(key) == (True, BATCH * 4)
     finally:
         sync.close()
+
+
+@pytest.mark.parametrize("face", ["sync", "async"])
+def test_a_frozen_server_is_store_unavailable_not_a_hang(private_redis: PrivateRedis,
+                                                         face: str) -> None:
+    """SIGSTOP of the (private) server: an append raises StoreUnavailable, bounded by
+    ``socket_timeout`` per round trip (the asyncio face bounds each round trip itself)."""
+    url = f"{private_redis.url}?prefix=frozen&socket_timeout=0.3"
+    key = StorageKey("workflow", f"t-{uuid.uuid4().hex}", "conv")
+    sync = RedisStore.from_url(url)
+    sync.append(key, BATCH, max_messages=None, lock_timeout=1.0)
+    assert private_redis.proc is not None
+
+    async def async_append() -> None:
+        store = AsyncRedisStore.from_url(url)
+        try:
+            await store.read(key)  # connected and scripts loaded before the freeze
+            os.kill(pid, signal.SIGSTOP)
+            await store.append(key, BATCH, max_messages=None, lock_timeout=1.0)
+        finally:
+            await store.aclose()
+
+    pid = private_redis.proc.pid
+    began = time.perf_counter()
+    try:
+        with pytest.raises(StoreUnavailable):
+            if face == "sync":
+                os.kill(pid, signal.SIGSTOP)
+                sync.append(key, BATCH, max_messages=None, lock_timeout=1.0)
+            else:
+                asyncio.run(async_append())
+        print(f"\nRedis frozen, {face} append: StoreUnavailable after "
+              f"{(time.perf_counter() - began) * 1000:.0f} ms (socket_timeout 0.3 s)")
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    assert sync.read(key) == (True, BATCH)  # the frozen append never landed
+    sync.close()

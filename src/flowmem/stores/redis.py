@@ -116,7 +116,7 @@ class RedisStore:
         ``socket_connect_timeout=5`` seconds unless given). Connects once,
         failing fast when unreachable, and loads the scripts (Redis 7+).
         """
-        client, prefix, lock_ttl = make_client(url, asyncio_face=False)
+        client, prefix, lock_ttl, _ = make_client(url, asyncio_face=False)
         try:
             store = cls(client, prefix=prefix, lock_ttl=lock_ttl)
             store._run(setup(), "connect")

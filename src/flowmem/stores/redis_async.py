@@ -38,14 +38,16 @@ __all__ = ["AsyncRedisStore"]
 class AsyncRedisStore:
     """The Redis backend on asyncio (see :mod:`flowmem.stores.redis` for the design)."""
 
-    def __init__(self, client: Any, *, prefix: str = "flowmem", lock_ttl: float = 1.0) -> None:
-        """``client``: a ``redis.asyncio.Redis`` reading raw bytes (no ``decode_responses``)."""
+    def __init__(self, client: Any, *, prefix: str = "flowmem", lock_ttl: float = 1.0,
+                 timeout: float | None = None) -> None:
+        """``client``: a ``redis.asyncio.Redis`` reading raw bytes (no ``decode_responses``);
+        ``timeout``: seconds one round trip may take (``None``: the client's own bounds)."""
         check_options(prefix, lock_ttl)
         self.prefix = prefix
         self.lock_ttl = lock_ttl
         self.programs = RedisPrograms(prefix.encode("utf-8", "surrogatepass"),
                                       max(1, int(lock_ttl * 1000)))
-        self._driver = Driver(client)
+        self._driver = Driver(client, timeout)
         self._ready = False
         self._closed = False
 
@@ -55,8 +57,8 @@ class AsyncRedisStore:
 
         Safe without a running event loop: nothing connects until first use.
         """
-        client, prefix, lock_ttl = make_client(url, asyncio_face=True)
-        return cls(client, prefix=prefix, lock_ttl=lock_ttl)
+        client, prefix, lock_ttl, timeout = make_client(url, asyncio_face=True)
+        return cls(client, prefix=prefix, lock_ttl=lock_ttl, timeout=timeout)
 
     async def _run(self, program: Program[T], what: str) -> T:
         if self._closed:

@@ -41,12 +41,15 @@ def import_redis() -> ModuleType:
     return redis
 
 
-def make_client(url: str, *, asyncio_face: bool) -> tuple[Any, str, float]:
-    """``(client, prefix, lock_ttl)`` for a store URL; connects nothing yet.
+def make_client(url: str, *, asyncio_face: bool) -> tuple[Any, str, float, float | None]:
+    """``(client, prefix, lock_ttl, round-trip timeout)`` for a store URL; connects nothing.
 
     Other query options go to redis-py (``socket_timeout=10`` and
     ``socket_connect_timeout=5`` seconds unless given); redis-py never retries
-    on its own (flowmem decides what may be retried).
+    on its own (flowmem decides what may be retried). On the asyncio face the
+    socket timeout is taken out of redis-py (which wraps every send in
+    ``asyncio.wait_for``: a task per send on Python 3.11) and returned, for the
+    driver to bound each round trip with one ``asyncio.timeout`` instead.
     """
     redis = import_redis()
     from redis.backoff import NoBackoff
@@ -70,14 +73,23 @@ def make_client(url: str, *, asyncio_face: bool) -> tuple[Any, str, float]:
         pool.connection_class(**pool.connection_kwargs)
     except (ValueError, TypeError) as exc:
         raise InvalidStoreURL(f"cannot use {url!r}: {exc}") from exc
-    return client, prefix, lock_ttl
+    timeout = None
+    if asyncio_face:
+        timeout = pool.connection_kwargs.get("socket_timeout")
+        pool.connection_kwargs["socket_timeout"] = None
+    return client, prefix, lock_ttl, timeout
 
 
 class Driver:
-    """Maps redis-py's exceptions to flowmem's (a driver exception never leaks)."""
+    """Runs requests on one client; maps redis-py's exceptions to flowmem's.
 
-    def __init__(self, client: Any) -> None:
+    ``timeout``: on the asyncio face, the bound of one round trip (else redis-py's
+    own socket timeouts apply).
+    """
+
+    def __init__(self, client: Any, timeout: float | None = None) -> None:
         redis = import_redis()
+        self.timeout = timeout
         # redis-py types replies as ``bytes | str`` unions (decode_responses decides);
         # the stores always read raw bytes, so the client is handled untyped
         self.client: Any = client
@@ -130,7 +142,12 @@ class Driver:
         if isinstance(request, Sleep):
             await asyncio.sleep(request.seconds)
             return None
-        return self.replies(await self._asend(request), what)
+        try:
+            async with asyncio.timeout(self.timeout):
+                return self.replies(await self._asend(request), what)
+        except TimeoutError as exc:
+            raise StoreUnavailable(f"Redis timed out during {what} "
+                                   f"(no reply within {self.timeout} s)") from exc
 
     async def _asend(self, request: Pipe) -> list[Any]:
         if len(request.commands) == 1 and not request.transaction:
