@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import pytest
 
 from backends import unavailable
-from flowmem import StorageKey, StoreError
+from flowmem import InvalidStoreURL, StorageKey, StoreError
 from flowmem.messages import Message, canonical_messages
 from flowmem.store import AppendOutcome, AsyncStore, HistoryPage, Store
 from flowmem.stores.redis import RedisStore
@@ -168,3 +168,10 @@ def test_mem12_sync_and_async_writers_share_one_lease(prefix: str) -> None:
         asyncio.run(run())
     finally:
         sync.close()
+
+
+def test_async_from_url_refuses_what_the_sync_store_refuses() -> None:
+    for bad in ("redis://h/0?lock_ttl=soon", "redis://h/0?decode_responses=true",
+                "redis://h/0?prefix=a{b}", "redis://h/0?lock_ttl=0", "redis://h/0?bogus=1"):
+        with pytest.raises(InvalidStoreURL):
+            AsyncRedisStore.from_url(bad)
