@@ -175,3 +175,31 @@ def test_async_from_url_refuses_what_the_sync_store_refuses() -> None:
                 "redis://h/0?prefix=a{b}", "redis://h/0?lock_ttl=0", "redis://h/0?bogus=1"):
         with pytest.raises(InvalidStoreURL):
             AsyncRedisStore.from_url(bad)
+
+
+def test_mem12_tasks_queued_on_one_conversation_keep_the_bound(prefix: str) -> None:
+    """Tasks of one store queue per conversation in front of the lease; with the lease
+    held elsewhere each still gives up after lock_timeout, unserialized and whole."""
+    key = StorageKey("workflow", f"t-{uuid.uuid4().hex}", "conv")
+    batch = canonical_messages([{"role": "user", "content": "x"}])
+
+    async def run() -> list[AppendOutcome]:
+        store = AsyncRedisStore.from_url(url_with(prefix))
+        holder = AsyncRedisStore.from_url(url_with(prefix))
+        try:
+            async with holder.lock(key, 1.0) as held:
+                assert held
+                held_back = await asyncio.gather(*(
+                    store.append(key, batch, max_messages=None, lock_timeout=0.1)
+                    for _ in range(4)))
+            free = await asyncio.gather(*(
+                store.append(key, batch, max_messages=None, lock_timeout=2.0)
+                for _ in range(4)))
+            return [*held_back, *free]
+        finally:
+            await store.aclose()
+            await holder.aclose()
+
+    outcomes = asyncio.run(run())
+    assert [o.serialized for o in outcomes] == [False] * 4 + [True] * 4
+    assert sorted(o.count for o in outcomes) == list(range(1, 9))

@@ -42,7 +42,9 @@ trip, the release in the script's). The token fences it: nobody renews or
 releases another's lease, and an append reports ``serialized=True`` only if
 its script found the lease still its own. A holder that dies (kill -9, a lost
 connection, a Redis restart) stops renewing, so its lease is gone within
-``lock_ttl``.
+``lock_ttl``. Threads of one store appending to one conversation first queue
+on an in-process lock (:class:`~flowmem.stores.locks.KeyLocks`), so only one
+of them polls Redis; that wait counts against the same ``lock_timeout``.
 
 Errors. Connection loss and timeouts raise
 :class:`~flowmem.errors.StoreUnavailable`, any other server error
@@ -67,6 +69,9 @@ policy may evict one key of a buffer. See ``docs/redis.md``.
 
 from __future__ import annotations
 
+import os
+import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -75,6 +80,7 @@ from ..errors import InvalidStoreURL, StoreError
 from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage
+from .locks import KeyLocks
 from .redis_drivers import Driver, Renewer, drive, import_redis, make_client
 from .redis_programs import Program, RedisPrograms, T, setup
 
@@ -82,6 +88,17 @@ if TYPE_CHECKING:
     import redis
 
 __all__ = ["RedisStore", "check_options"]
+
+_fresh_gates_in_child: weakref.WeakSet[RedisStore] = weakref.WeakSet()
+
+
+def _reset_gates() -> None:
+    # a gate held by another thread of the parent at fork() would stay held in the child
+    for store in list(_fresh_gates_in_child):
+        store._gates = KeyLocks()
+
+
+os.register_at_fork(after_in_child=_reset_gates)
 
 
 def check_options(prefix: str, lock_ttl: float) -> None:
@@ -104,6 +121,8 @@ class RedisStore:
         self.programs = RedisPrograms(prefix.encode("utf-8", "surrogatepass"),
                                       max(1, int(lock_ttl * 1000)))
         self._driver = Driver(client)
+        self._gates = KeyLocks()  # threads of this store queue per conversation (no file)
+        _fresh_gates_in_child.add(self)
         self._renewer = Renewer(lambda leases: self._run(self.programs.renew_all(leases), "lock"),
                                 lock_ttl / 3)
         self._closed = False
@@ -143,8 +162,10 @@ class RedisStore:
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float) -> AppendOutcome:
-        return self._run(self.programs.append(key, incoming, max_messages, lock_timeout),
-                         "append")
+        began = time.monotonic()
+        with self._gates.hold(key, lock_timeout) as queued:  # this store's threads queue
+            left = max(0.0, lock_timeout - (time.monotonic() - began)) if queued else 0.0
+            return self._run(self.programs.append(key, incoming, max_messages, left), "append")
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:

@@ -20,6 +20,7 @@ even the release cannot run, the lease lapses within ``lock_ttl``.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -29,7 +30,7 @@ from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage
 from .redis import check_options
-from .redis_drivers import Driver, adrive, make_client, renew_task
+from .redis_drivers import AsyncGates, Driver, adrive, make_client, renew_task
 from .redis_programs import Program, RedisPrograms, T, setup
 
 __all__ = ["AsyncRedisStore"]
@@ -48,6 +49,7 @@ class AsyncRedisStore:
         self.programs = RedisPrograms(prefix.encode("utf-8", "surrogatepass"),
                                       max(1, int(lock_ttl * 1000)))
         self._driver = Driver(client, timeout)
+        self._gates = AsyncGates()
         self._ready = False
         self._closed = False
 
@@ -81,8 +83,11 @@ class AsyncRedisStore:
 
     async def append(self, key: StorageKey, incoming: Sequence[Message], *,
                      max_messages: int | None, lock_timeout: float) -> AppendOutcome:
-        return await self._run(
-            self.programs.append(key, incoming, max_messages, lock_timeout), "append")
+        began = time.monotonic()
+        async with self._gates.hold(key, lock_timeout) as queued:  # this store's tasks queue
+            left = max(0.0, lock_timeout - (time.monotonic() - began)) if queued else 0.0
+            return await self._run(self.programs.append(key, incoming, max_messages, left),
+                                   "append")
 
     async def history(self, key: StorageKey, *, last: int | None = None,
                       before: int | None = None) -> HistoryPage:

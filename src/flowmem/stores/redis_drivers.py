@@ -21,15 +21,17 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import ModuleType
 from typing import Any
 
 from ..errors import InvalidStoreURL, MissingDependency, StoreError, StoreUnavailable
+from ..scopes import StorageKey
 from .redis_layout import Names, split_url
 from .redis_programs import NoScript, Pipe, Program, Request, Sleep, T
 
-__all__ = ["Driver", "Renewer", "adrive", "drive", "import_redis", "make_client", "renew_task"]
+__all__ = ["AsyncGates", "Driver", "Renewer", "adrive", "drive", "import_redis", "make_client",
+           "renew_task"]
 
 
 def import_redis() -> ModuleType:
@@ -255,3 +257,40 @@ def renew_task(renew: Callable[[], Awaitable[object]], period: float) -> asyncio
                 await renew()
 
     return asyncio.get_running_loop().create_task(run(), name="flowmem-redis-lease")
+
+
+class AsyncGates:
+    """Per-conversation queues of one asyncio store, in front of the MEM-12 lease.
+
+    The tasks of one store appending to one conversation wait on an
+    :class:`asyncio.Lock` (woken the moment the previous one finishes) instead
+    of all polling the lease in Redis; only the gate's holder takes the lease,
+    which still serializes them with every other process. The wait for the
+    gate counts against the same ``lock_timeout``. (The blocking store does
+    the same with :class:`~flowmem.stores.locks.KeyLocks`.)
+    """
+
+    def __init__(self) -> None:
+        self._gates: dict[StorageKey, tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: StorageKey, timeout: float) -> AsyncIterator[bool]:
+        """Yields whether the gate was had within ``timeout`` seconds."""
+        gate, users = self._gates.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            try:
+                async with asyncio.timeout(max(timeout, 0.0)):
+                    await gate.acquire()
+                had = True
+            except TimeoutError:
+                had = False
+            try:
+                yield had
+            finally:
+                if had:
+                    gate.release()
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._gates[key]
