@@ -143,7 +143,7 @@ def _interfering(monkeypatch: pytest.MonkeyPatch, url: str, key: StorageKey,
                  interfere: Any) -> list[int]:
     """Wrap the store's planner: before each plan returns, ``interfere(n)`` may write
     through ANOTHER store (lock_timeout 0: it does not wait for our lock)."""
-    import flowmem.stores.redis as redis_store
+    import flowmem.stores.redis_programs as redis_store
 
     other = open_store(url)
     real = redis_store.plan_append

@@ -158,7 +158,7 @@ def test_unreachable_server_is_store_unavailable_for_every_operation(prefix: str
 def test_connection_cut_between_read_and_script_leaves_the_buffer_as_it_was(
         store: RedisStore, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """MEM-3/MEM-10 append (heals, replaces, adds) cut after planning: nothing of it lands."""
-    import flowmem.stores.redis as redis_store
+    import flowmem.stores.redis_programs as redis_store
 
     key = fresh()
     add(store, key, user("q"), turn("c1", "c2"), result("c1"))
@@ -190,7 +190,7 @@ def test_connection_killed_while_idle_the_append_lands_once(
         prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """CLIENT KILL of the store's connections between read and script: the pool
     reconnects before the script is sent, so the append lands whole, once (MEM-1)."""
-    import flowmem.stores.redis as redis_store
+    import flowmem.stores.redis_programs as redis_store
 
     name = f"fmkill{uuid.uuid4().hex[:8]}"
     killer = raw_client()
@@ -252,7 +252,7 @@ def test_server_error_inside_the_script_leaves_the_buffer_as_it_was(store: Redis
 
 def test_write_between_read_and_script_is_a_key_conflict_and_the_value_stays(
         store: RedisStore, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import flowmem.stores.redis as redis_store
+    import flowmem.stores.redis_programs as redis_store
 
     key = fresh()
     add(store, key, user("q"))
@@ -286,7 +286,7 @@ def test_mem12_lock_released_after_every_append_and_lease_expires(prefix: str) -
     try:
         add(store, key, user("a"))
         assert client.exists(names.lock) == 0
-        assert store._acquire(names, "crashed-holder")  # taken and never released
+        assert client.set(names.lock, "crashed-holder", nx=True, px=300)  # never released
         outcome = store.append(key, msgs(user("b")), max_messages=None, lock_timeout=0.05)
         assert (outcome.serialized, outcome.appended) == (False, 1)
         assert client.get(names.lock) == b"crashed-holder"  # a fallback never steals it

@@ -43,7 +43,7 @@ def split_url(url: str) -> tuple[str, str, float]:
     if any(k == "decode_responses" for k, _ in query):
         raise InvalidStoreURL("flowmem's Redis store reads raw bytes; drop decode_responses")
     try:
-        lock_ttl = float(ours.get("lock_ttl", 10.0))
+        lock_ttl = float(ours.get("lock_ttl", 1.0))
     except ValueError:
         raise InvalidStoreURL(f"lock_ttl must be seconds, in {url!r}") from None
     rest = urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in query

@@ -14,7 +14,7 @@ sit on one Redis Cluster slot and one script may touch them all::
                                           UNIQUE (buffer, result_id) index)
     {P:scope:scope_id:key}:calls  hash    id -> "turn:ord,turn:ord"  (every declaration)
     {P:scope:scope_id:key}:pend   hash    id -> "turn:ord"           (unanswered calls)
-    {P:scope:scope_id:key}:lock   string  the MEM-12 lock token (SET NX PX)
+    {P:scope:scope_id:key}:lock   string  the MEM-12 lease: a token, expiring (PX)
     P:idx:scope:scope_id          zset    key names, for listing keys
 
 Each name component is percent-escaped (``%``, ``:``, ``{``, ``}``), so the
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["APPLY", "BUFFER_PARTS", "HISTORY", "READ", "RELEASE", "WRITE"]
+__all__ = ["APPLY", "BUFFER_PARTS", "EDIT", "HISTORY", "READ", "RELEASE", "RENEW", "WRITE"]
 
 BUFFER_PARTS: Final = ("v", "meta", "pos", "body", "info", "res", "calls", "pend", "lock")
 """The suffixes of one buffer's keys, in the order every script takes them."""
@@ -50,15 +50,20 @@ end
 
 APPLY: Final = "#!lua\n" + _PRELUDE + r"""
 -- KEYS: the nine BUFFER_PARTS.  ARGV: 1 version the plan was made against
--- ("" = no buffer yet), 2 the new version, 3 the lock token to release ("" =
--- none), 4 SLOT, 5 max_messages ("" = unbounded), then the operations:
+-- ("" = no buffer yet), 2 the new version, 3 the lease token to release ("" =
+-- none; the reply's 4th element: whether the lease was still that token's),
+-- 4 SLOT, 5 max_messages ("" = unbounded), then the operations:
 --   A role body answers healed(0/1) ndeclares id... nopens (id ord)...
 --   R id body
 --   H p|n turn count (id placeholder-body)...
 local V, META, POS, BODY, INFO, RES, CALLS, PEND, LOCK =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local function release()
-  if ARGV[3] ~= '' and redis.call('GET', LOCK) == ARGV[3] then redis.call('DEL', LOCK) end
+  if ARGV[3] ~= '' and redis.call('GET', LOCK) == ARGV[3] then
+    redis.call('DEL', LOCK)
+    return 1
+  end
+  return 0
 end
 if redis.call('EXISTS', V) == 1 then release() return {'value'} end
 if (redis.call('HGET', META, 'ver') or '') ~= ARGV[1] then return {'conflict'} end
@@ -269,8 +274,8 @@ if window and count > window then
 end
 
 redis.call('HSET', META, 'ver', ARGV[2], 'count', s(count), 'next', s(nextpos))
-release()
-return {'ok', count, appended}
+local owned = release()
+return {'ok', count, appended, owned}
 """
 
 READ: Final = r"""#!lua flags=no-writes
@@ -321,4 +326,54 @@ return 1
 RELEASE: Final = r"""#!lua
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
+"""
+
+RENEW: Final = r"""#!lua
+-- extend the MEM-12 lease KEYS[1] by ARGV[2] ms only while ARGV[1] holds it (a
+-- late renewal never re-takes a released lease); 1 when it did. Sent with EVAL
+-- (it is tiny), so it never meets NOSCRIPT inside a MULTI.
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
+EDIT: Final = "#!lua\n" + _PRELUDE + r"""
+-- the administrative edit (MEM-15): replace a buffer's index keys whole, if its
+-- version is still ARGV[1].  ARGV: 1 version, 2 new version, 3 count, then
+-- n position... (pos), then five sections of n (field value)... for body, info,
+-- res, calls, pend.  Returns 'ok', 'conflict' or 'value'.
+if redis.call('EXISTS', KEYS[1]) == 1 then return 'value' end
+if (redis.call('HGET', KEYS[2], 'ver') or '') ~= ARGV[1] then return 'conflict' end
+local function num(i)
+  local n = tonumber(ARGV[i])
+  if n == nil then error('flowmem: bad edit argument ' .. i) end
+  return n
+end
+num(3)
+local npos, sections, i = num(4), {}, nil
+for k = 1, npos do num(4 + k) end
+i = 5 + npos
+for k = 1, 5 do
+  local n = num(i)
+  sections[k] = {i + 1, n}
+  i = i + 1 + 2 * n
+end
+if i ~= #ARGV + 1 then error('flowmem: truncated edit') end
+redis.call('DEL', KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+for k = 1, npos, 500 do
+  local args = {}
+  for j = k, math.min(k + 499, npos) do
+    args[#args + 1] = ARGV[4 + j]
+    args[#args + 1] = ARGV[4 + j]
+  end
+  redis.call('ZADD', KEYS[3], unpack(args))
+end
+for k = 1, 5 do
+  local first, n = sections[k][1], sections[k][2]
+  for j = 0, n - 1, 500 do
+    local m = math.min(500, n - j)
+    redis.call('HSET', KEYS[3 + k], unpack(ARGV, first + 2 * j, first + 2 * (j + m) - 1))
+  end
+end
+redis.call('HSET', KEYS[2], 'ver', ARGV[2], 'count', ARGV[3])
+return 'ok'
 """

@@ -1,0 +1,296 @@
+"""The two drivers of the Redis programs: blocking on ``redis.Redis``, asyncio on ``redis.asyncio``.
+
+A driver is the only place that does I/O. It runs a program
+(:mod:`flowmem.stores.redis_programs`) to completion: each :class:`Pipe` is
+sent as one round trip (a single command directly, several as a pipeline,
+``MULTI``/``EXEC`` when asked) with ``raise_on_error=False`` semantics —
+a command's server error comes back as a flowmem error *value* — and each
+:class:`Sleep` is ``time.sleep`` or ``asyncio.sleep``. A request that fails
+as a whole (connection lost or timed out, the caller cancelled) is thrown
+into the program, mapped to flowmem's errors, so the program can release
+what it holds before the error leaves it.
+
+Also here: the clients a store URL names (both faces read the same URL
+options), and the renewers that keep a ``lock()`` holder's lease alive — a
+daemon thread on the blocking face, a task on the asyncio face.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from types import ModuleType
+from typing import Any
+
+from ..errors import InvalidStoreURL, MissingDependency, StoreError, StoreUnavailable
+from ..scopes import StorageKey
+from .redis_layout import Names, split_url
+from .redis_programs import NoScript, Pipe, Program, Request, Sleep, T
+
+__all__ = ["AsyncGates", "Driver", "Renewer", "adrive", "drive", "import_redis", "make_client",
+           "renew_task"]
+
+
+def import_redis() -> ModuleType:
+    """redis-py, or :class:`~flowmem.errors.MissingDependency` naming the extra."""
+    try:
+        import redis
+    except ImportError as exc:
+        raise MissingDependency("redis", "redis") from exc
+    return redis
+
+
+def make_client(url: str, *, asyncio_face: bool) -> tuple[Any, str, float, float | None]:
+    """``(client, prefix, lock_ttl, round-trip timeout)`` for a store URL; connects nothing.
+
+    Other query options go to redis-py (``socket_timeout=10`` and
+    ``socket_connect_timeout=5`` seconds unless given); redis-py never retries
+    on its own (flowmem decides what may be retried). On the asyncio face the
+    socket timeout is taken out of redis-py (which wraps every send in
+    ``asyncio.wait_for``: a task per send on Python 3.11) and returned, for the
+    driver to bound each round trip with one ``asyncio.timeout`` instead.
+    """
+    redis = import_redis()
+    from redis.backoff import NoBackoff
+
+    factory: Any
+    retry: Any
+    if asyncio_face:
+        from redis.asyncio import Redis as AsyncRedis
+        from redis.asyncio.retry import Retry as AsyncRetry
+
+        factory, retry = AsyncRedis, AsyncRetry(NoBackoff(), 0)
+    else:
+        from redis.retry import Retry
+
+        factory, retry = redis.Redis, Retry(NoBackoff(), 0)
+    rest, prefix, lock_ttl = split_url(url)
+    try:
+        client = factory.from_url(rest, socket_timeout=10.0, socket_connect_timeout=5.0,
+                                retry=retry)
+        pool = client.connection_pool  # unknown options fail here, not at first use
+        pool.connection_class(**pool.connection_kwargs)
+    except (ValueError, TypeError) as exc:
+        raise InvalidStoreURL(f"cannot use {url!r}: {exc}") from exc
+    timeout = None
+    if asyncio_face:
+        timeout = pool.connection_kwargs.get("socket_timeout")
+        pool.connection_kwargs["socket_timeout"] = None
+    return client, prefix, lock_ttl, timeout
+
+
+class Driver:
+    """Runs requests on one client; maps redis-py's exceptions to flowmem's.
+
+    ``timeout``: on the asyncio face, the bound of one round trip (else redis-py's
+    own socket timeouts apply).
+    """
+
+    def __init__(self, client: Any, timeout: float | None = None) -> None:
+        redis = import_redis()
+        self.timeout = timeout
+        # redis-py types replies as ``bytes | str`` unions (decode_responses decides);
+        # the stores always read raw bytes, so the client is handled untyped
+        self.client: Any = client
+        exceptions = redis.exceptions
+        self._lost: tuple[type[BaseException], ...] = (
+            exceptions.ConnectionError, exceptions.TimeoutError, OSError)
+        self._failed: type[BaseException] = exceptions.RedisError
+        self._noscript: type[BaseException] = exceptions.NoScriptError
+
+    def mapped(self, exc: BaseException, what: str) -> BaseException:
+        """flowmem's error for ``exc``; anything not from redis-py (a cancellation) as is."""
+        if isinstance(exc, StoreError):
+            return exc
+        if isinstance(exc, self._noscript):
+            error: StoreError = NoScript(f"Redis error during {what}: {exc}")
+        elif isinstance(exc, self._lost):
+            error = StoreUnavailable(f"Redis connection lost during {what}: {exc}")
+        elif isinstance(exc, self._failed):
+            error = StoreError(f"Redis error during {what}: {exc}")
+        else:
+            return exc
+        error.__cause__ = exc
+        return error
+
+    def replies(self, raw: list[Any], what: str) -> list[Any]:
+        return [self.mapped(r, what) if isinstance(r, BaseException) else r for r in raw]
+
+    # -- blocking ----------------------------------------------------------------------
+    def execute(self, request: Request, what: str) -> Any:
+        if isinstance(request, Sleep):
+            time.sleep(request.seconds)
+            return None
+        return self.replies(self._send(request), what)
+
+    def _send(self, request: Pipe) -> list[Any]:
+        if len(request.commands) == 1 and not request.transaction:
+            try:
+                return [self.client.execute_command(*request.commands[0])]
+            except self._failed as exc:
+                if isinstance(exc, self._lost):
+                    raise
+                return [exc]
+        pipe = self.client.pipeline(transaction=request.transaction)
+        for command in request.commands:
+            pipe.execute_command(*command)
+        return list(pipe.execute(raise_on_error=False))
+
+    # -- asyncio -----------------------------------------------------------------------
+    async def aexecute(self, request: Request, what: str) -> Any:
+        if isinstance(request, Sleep):
+            await asyncio.sleep(request.seconds)
+            return None
+        try:
+            async with asyncio.timeout(self.timeout):
+                return self.replies(await self._asend(request), what)
+        except TimeoutError as exc:
+            raise StoreUnavailable(f"Redis timed out during {what} "
+                                   f"(no reply within {self.timeout} s)") from exc
+
+    async def _asend(self, request: Pipe) -> list[Any]:
+        if len(request.commands) == 1 and not request.transaction:
+            try:
+                return [await self.client.execute_command(*request.commands[0])]
+            except self._failed as exc:
+                if isinstance(exc, self._lost):
+                    raise
+                return [exc]
+        pipe = self.client.pipeline(transaction=request.transaction)
+        for command in request.commands:
+            pipe.execute_command(*command)
+        return list(await pipe.execute(raise_on_error=False))
+
+
+def drive(program: Program[T], driver: Driver, what: str) -> T:
+    """Run ``program`` to completion on a blocking client."""
+    try:
+        request = next(program)
+        while True:
+            try:
+                reply = driver.execute(request, what)
+            except BaseException as exc:  # thrown into the program
+                request = program.throw(driver.mapped(exc, what))
+            else:
+                request = program.send(reply)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    finally:
+        program.close()
+
+
+async def adrive(program: Program[T], driver: Driver, what: str) -> T:
+    """Run ``program`` to completion on an asyncio client (cancellation is thrown in too)."""
+    try:
+        request = next(program)
+        while True:
+            try:
+                reply = await driver.aexecute(request, what)
+            except BaseException as exc:  # thrown into the program
+                request = program.throw(driver.mapped(exc, what))
+            else:
+                request = program.send(reply)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    finally:
+        program.close()
+
+
+class Renewer:
+    """One daemon thread per store renewing every held ``lock()`` lease each ``period`` s.
+
+    A lease is added when a ``lock()`` block starts and discarded when it ends;
+    all renewals go in one round trip. The thread starts with the first lease
+    (again after a fork) and ends when none is left.
+    """
+
+    def __init__(self, renew: Callable[[list[tuple[Names, str]]], object],
+                 period: float) -> None:
+        self._renew = renew
+        self._period = period
+        self._held: dict[str, Names] = {}
+        self._mutex = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, names: Names, token: str) -> None:
+        with self._mutex:
+            self._held[token] = names
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="flowmem-redis-lease",
+                                                daemon=True)
+                self._thread.start()
+
+    def discard(self, token: str) -> None:
+        with self._mutex:
+            self._held.pop(token, None)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._period):
+            with self._mutex:
+                held = [(names, token) for token, names in self._held.items()]
+                if not held:
+                    self._thread = None
+                    return
+            # the server is away: a lease may lapse; the version check still holds
+            with contextlib.suppress(StoreError):
+                self._renew(held)
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._mutex:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+
+def renew_task(renew: Callable[[], Awaitable[object]], period: float) -> asyncio.Task[None]:
+    """The asyncio twin of :class:`Renewer`: cancel the task to stop it."""
+
+    async def run() -> None:
+        while True:
+            await asyncio.sleep(period)
+            with contextlib.suppress(StoreError):
+                await renew()
+
+    return asyncio.get_running_loop().create_task(run(), name="flowmem-redis-lease")
+
+
+class AsyncGates:
+    """Per-conversation queues of one asyncio store, in front of the MEM-12 lease.
+
+    The tasks of one store appending to one conversation wait on an
+    :class:`asyncio.Lock` (woken the moment the previous one finishes) instead
+    of all polling the lease in Redis; only the gate's holder takes the lease,
+    which still serializes them with every other process. The wait for the
+    gate counts against the same ``lock_timeout``. (The blocking store does
+    the same with :class:`~flowmem.stores.locks.KeyLocks`.)
+    """
+
+    def __init__(self) -> None:
+        self._gates: dict[StorageKey, tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: StorageKey, timeout: float) -> AsyncIterator[bool]:
+        """Yields whether the gate was had within ``timeout`` seconds."""
+        gate, users = self._gates.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            try:
+                async with asyncio.timeout(max(timeout, 0.0)):
+                    await gate.acquire()
+                had = True
+            except TimeoutError:
+                had = False
+            try:
+                yield had
+            finally:
+                if had:
+                    gate.release()
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._gates[key]
