@@ -21,8 +21,6 @@ CTX = ExecutionContext(user_id="u-1", workflow_id="wf")
 
 @pytest.fixture
 def memory(backend: Backend) -> Memory:
-    if backend.name == "redis":
-        pytest.skip("idempotency keys on Redis land with the Redis rework")
     return Memory.from_url(backend.url)
 
 

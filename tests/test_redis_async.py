@@ -1,6 +1,6 @@
 """AsyncRedisStore: the public conformance suite and the model test on the asyncio face.
 
-The suite's bodies are synchronous, so they run through :class:`SyncFacade`,
+The suite's bodies are synchronous, so they run through :class:`flowmem.testing.BlockingStore`,
 which drives an :class:`~flowmem.store.AsyncStore` on an event loop in a
 background thread (every call is a coroutine run on that ONE loop, so the
 threaded MEM-12 tests are concurrent tasks there). It is local until
@@ -12,84 +12,25 @@ running loop, and a closed store refuses.
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
 
 from backends import unavailable
 from flowmem import InvalidStoreURL, StorageKey, StoreError
-from flowmem.messages import Message, canonical_messages
-from flowmem.store import AppendOutcome, AsyncStore, HistoryPage, Store
+from flowmem.messages import canonical_messages
+from flowmem.store import AppendOutcome, AsyncStore, Store
 from flowmem.stores.redis import RedisStore
 from flowmem.stores.redis_async import AsyncRedisStore
-from flowmem.testing import StoreContract, store_model_test
+from flowmem.testing import BlockingStore, StoreContract, store_model_test
 from redis_support import drop_prefix, session_prefix, url_with
 
 pytestmark = pytest.mark.skipif(unavailable("redis") is not None,
                                 reason=unavailable("redis") or "")
 
 _T = TypeVar("_T")
-
-
-class SyncFacade:
-    """A :class:`~flowmem.store.Store` over an AsyncStore running on a background loop."""
-
-    def __init__(self, make: Callable[[], AsyncStore]) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._thread.start()
-        self.inner = make()
-
-    def _call(self, coro: Coroutine[Any, Any, _T]) -> _T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
-
-    def read(self, key: StorageKey) -> tuple[bool, Any]:
-        return self._call(self.inner.read(key))
-
-    def write(self, key: StorageKey, value: Any) -> None:
-        self._call(self.inner.write(key, value))
-
-    def delete(self, key: StorageKey) -> bool:
-        return self._call(self.inner.delete(key))
-
-    def append(self, key: StorageKey, incoming: list[Message], *, max_messages: int | None,
-               lock_timeout: float) -> AppendOutcome:
-        return self._call(self.inner.append(key, incoming, max_messages=max_messages,
-                                            lock_timeout=lock_timeout))
-
-    def history(self, key: StorageKey, *, last: int | None = None,
-                before: int | None = None) -> HistoryPage:
-        return self._call(self.inner.history(key, last=last, before=before))
-
-    def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
-        return self._call(self.inner.edit(key, position, message))
-
-    def keys(self, scope: str, scope_id: str, *, prefix: str = "", after: str | None = None,
-             limit: int = 100) -> list[str]:
-        return self._call(self.inner.keys(scope, scope_id, prefix=prefix, after=after,
-                                          limit=limit))
-
-    @contextmanager
-    def lock(self, key: StorageKey, timeout: float) -> Iterator[bool]:
-        manager = self.inner.lock(key, timeout)
-        held = self._call(manager.__aenter__())
-        try:
-            yield held
-        except BaseException as exc:
-            if not self._call(manager.__aexit__(type(exc), exc, exc.__traceback__)):
-                raise
-        else:
-            self._call(manager.__aexit__(None, None, None))
-
-    def close(self) -> None:
-        self._call(self.inner.aclose())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +42,7 @@ def prefix() -> Iterator[str]:
 
 def _opener(prefix: str) -> Callable[[], Store]:
     def open_async() -> Store:
-        return SyncFacade(lambda: AsyncRedisStore.from_url(url_with(prefix)))
+        return BlockingStore(AsyncRedisStore.from_url(url_with(prefix)))
 
     return open_async
 

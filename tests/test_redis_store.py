@@ -242,7 +242,7 @@ def test_server_error_inside_the_script_leaves_the_buffer_as_it_was(store: Redis
         client.restore(names.info, 0, saved)
         with pytest.raises(ResponseError, match=r"truncated plan|bad plan"):
             client.eval(lua.APPLY, len(names.keys), *names.keys,
-                        version, "new", "", SLOT, "", "A", "user", "{}", "", 0, 1)
+                        version, "new", "", SLOT, "", "", 0, "0", "A", "user", "{}", "", 0, 1)
         assert client.hget(names.meta, "ver") == version
         assert store.history(key) == before
     finally:

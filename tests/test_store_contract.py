@@ -16,16 +16,6 @@ from flowmem.testing import StoreContract, store_model_test
 
 
 class TestStoreContract(StoreContract):
-    @pytest.fixture(autouse=True)
-    def _capable(self, request: pytest.FixtureRequest, backend: Backend) -> None:
-        if "idempot" in request.node.name and backend.name == "redis":
-            import inspect
-
-            from flowmem.stores.redis import RedisStore
-
-            if "idempotency" not in inspect.signature(RedisStore.append).parameters:
-                pytest.skip("idempotency keys on Redis land with the Redis rework")
-
     @pytest.fixture
     def reopen(self, backend: Backend) -> Callable[[], Store] | None:
         return backend.open if backend.persistent else None

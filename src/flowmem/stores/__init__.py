@@ -66,7 +66,7 @@ def open_store(url: str | None = None) -> Store:
         return PostgresStore.from_url(url)
     from .redis import RedisStore
 
-    return RedisStore.from_url(url)  # type: ignore[return-value]  # idempotency: pending
+    return RedisStore.from_url(url)
 
 
 def open_async_store(url: str | None = None) -> AsyncStore:
@@ -88,7 +88,6 @@ def open_async_store(url: str | None = None) -> AsyncStore:
         from .postgres_async import AsyncPostgresStore
 
         return AsyncPostgresStore.from_url(url)
-    from .redis_async import AsyncRedisStore  # type: ignore[import-not-found,unused-ignore]
+    from .redis_async import AsyncRedisStore
 
-    store: AsyncStore = AsyncRedisStore.from_url(url)
-    return store
+    return AsyncRedisStore.from_url(url)

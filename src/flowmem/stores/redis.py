@@ -79,7 +79,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidStoreURL, StoreError
 from ..messages import Message
 from ..scopes import StorageKey
-from ..store import AppendOutcome, HistoryPage
+from ..store import AppendOutcome, HistoryPage, Idempotency
 from .locks import KeyLocks
 from .redis_drivers import Driver, Renewer, drive, import_redis, make_client
 from .redis_programs import Program, RedisPrograms, T, setup
@@ -154,18 +154,21 @@ class RedisStore:
     def read(self, key: StorageKey) -> tuple[bool, Any]:
         return self._run(self.programs.read(key), "read")
 
-    def write(self, key: StorageKey, value: Any) -> None:
-        self._run(self.programs.write(key, value), "write")
+    def write(self, key: StorageKey, value: Any, *,
+              idempotency: Idempotency | None = None) -> None:
+        self._run(self.programs.write(key, value, idempotency), "write")
 
-    def delete(self, key: StorageKey) -> bool:
-        return self._run(self.programs.delete(key), "delete")
+    def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
+        return self._run(self.programs.delete(key, idempotency), "delete")
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
-               max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+               max_messages: int | None, lock_timeout: float,
+               idempotency: Idempotency | None = None) -> AppendOutcome:
         began = time.monotonic()
         with self._gates.hold(key, lock_timeout) as queued:  # this store's threads queue
             left = max(0.0, lock_timeout - (time.monotonic() - began)) if queued else 0.0
-            return self._run(self.programs.append(key, incoming, max_messages, left), "append")
+            program = self.programs.append(key, incoming, max_messages, left, idempotency)
+            return self._run(program, "append")
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:

@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import StoreError
 from ..messages import Message
 from ..scopes import StorageKey
-from ..store import AppendOutcome, HistoryPage
+from ..store import AppendOutcome, HistoryPage, Idempotency
 from .redis import check_options
 from .redis_drivers import AsyncGates, Driver, adrive, make_client, renew_task
 from .redis_programs import Program, RedisPrograms, T, setup
@@ -75,19 +75,21 @@ class AsyncRedisStore:
     async def read(self, key: StorageKey) -> tuple[bool, Any]:
         return await self._run(self.programs.read(key), "read")
 
-    async def write(self, key: StorageKey, value: Any) -> None:
-        await self._run(self.programs.write(key, value), "write")
+    async def write(self, key: StorageKey, value: Any, *,
+                    idempotency: Idempotency | None = None) -> None:
+        await self._run(self.programs.write(key, value, idempotency), "write")
 
-    async def delete(self, key: StorageKey) -> bool:
-        return await self._run(self.programs.delete(key), "delete")
+    async def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
+        return await self._run(self.programs.delete(key, idempotency), "delete")
 
     async def append(self, key: StorageKey, incoming: Sequence[Message], *,
-                     max_messages: int | None, lock_timeout: float) -> AppendOutcome:
+                     max_messages: int | None, lock_timeout: float,
+                     idempotency: Idempotency | None = None) -> AppendOutcome:
         began = time.monotonic()
         async with self._gates.hold(key, lock_timeout) as queued:  # this store's tasks queue
             left = max(0.0, lock_timeout - (time.monotonic() - began)) if queued else 0.0
-            return await self._run(self.programs.append(key, incoming, max_messages, left),
-                                   "append")
+            program = self.programs.append(key, incoming, max_messages, left, idempotency)
+            return await self._run(program, "append")
 
     async def history(self, key: StorageKey, *, last: int | None = None,
                       before: int | None = None) -> HistoryPage:

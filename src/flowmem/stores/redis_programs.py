@@ -37,11 +37,11 @@ from functools import partial
 from typing import Any, Final, TypeVar
 
 from ..entries import edit_entries
-from ..errors import KeyConflict, StoreError, StoreUnavailable
+from ..errors import IdempotencyConflict, KeyConflict, StoreError, StoreUnavailable
 from ..messages import Message
 from ..plan import SLOT, AppendPlan, BufferView, mentioned_ids, needs_pending, plan_append
 from ..scopes import StorageKey
-from ..store import AppendOutcome, HistoryPage
+from ..store import AppendOutcome, AppendStats, HistoryPage, Idempotency
 from . import redis_scripts as lua
 from .redis_layout import Names, key_names, plan_args, rewrite, view_from
 from .sql import decode, encode
@@ -52,7 +52,8 @@ T = TypeVar("T")
 POLL_START: Final = 0.0002
 POLL_MAX: Final = 0.002
 EDIT_LOCK_WAIT: Final = 30.0
-SCRIPTS: Final = (lua.APPLY, lua.READ, lua.HISTORY, lua.WRITE, lua.EDIT, lua.RELEASE)
+SCRIPTS: Final = (lua.APPLY, lua.READ, lua.HISTORY, lua.WRITE, lua.DELETE, lua.EDIT,
+                  lua.RELEASE)
 SHAS: Final = {src: hashlib.sha1(src.encode()).hexdigest() for src in SCRIPTS}
 Command = tuple[Any, ...]
 
@@ -102,6 +103,12 @@ def _held(reply: Any) -> bool:
 def _conflict(names: Names) -> KeyConflict:
     key = names.member.decode("utf-8", "surrogatepass")
     return KeyConflict(f"key {key!r} holds a plain value, not a conversation")
+
+
+def _idem_conflict(idempotency: Idempotency | None) -> IdempotencyConflict:
+    key = idempotency.key if idempotency is not None else ""
+    return IdempotencyConflict(f"idempotency key {key!r} was used for a different request; "
+                               "a retry must repeat it exactly")
 
 
 def retried(make: Callable[[], Program[T]]) -> Program[T]:
@@ -164,30 +171,57 @@ class RedisPrograms:
             return True, [decode(body.decode()) for body in reply[1:]]
         return False, None
 
-    def write(self, key: StorageKey, value: Any) -> Program[None]:
-        names = self.names(key)
-        yield from script(lua.WRITE, names.keys, (encode(value),),
-                          (("ZADD", names.index, 0, names.member),))
+    def idempotency_key(self, idempotency: Idempotency) -> bytes:
+        """Where an idempotency record lives (one key per idempotency key, with a TTL)."""
+        return self.prefix + b":idem:" + idempotency.key.encode("utf-8", "surrogatepass")
 
-    def delete(self, key: StorageKey) -> Program[bool]:
+    def _idem(self, idempotency: Idempotency) -> tuple[bytes, tuple[str, int, str]]:
+        """The record's key and the scripts' arguments: fingerprint, TTL (ms), the clock."""
+        ttl_ms = max(1, int(idempotency.ttl * 1000))
+        return (self.idempotency_key(idempotency),
+                (idempotency.fingerprint, ttl_ms, repr(float(idempotency.now))))
+
+    def write(self, key: StorageKey, value: Any,
+              idempotency: Idempotency | None = None) -> Program[None]:
         names = self.names(key)
-        replies = yield Pipe((("DEL", *names.keys[:-1]),  # all but the lock, one atomic DEL
-                              ("ZREM", names.index, names.member),
-                              ("EXISTS", names.value, names.meta)))
+        keys: tuple[bytes, ...] = names.keys
+        args: tuple[Any, ...] = (encode(value),)
+        if idempotency is not None:
+            record, extra = self._idem(idempotency)
+            keys, args = (*keys, record), (*args, *extra)
+        reply = yield from script(lua.WRITE, keys, args, (("ZADD", names.index, 0, names.member),))
+        if reply == b"idem_conflict":
+            raise _idem_conflict(idempotency)
+
+    def delete(self, key: StorageKey, idempotency: Idempotency | None = None) -> Program[bool]:
+        names = self.names(key)
+        if idempotency is not None:
+            record, extra = self._idem(idempotency)
+            reply = yield from script(lua.DELETE, (*names.keys, record), extra,
+                                      (("ZREM", names.index, names.member),))
+            if reply[0] == b"idem_conflict":
+                raise _idem_conflict(idempotency)
+            found = bool(int(reply[1]))
+            replies = yield Pipe((("EXISTS", names.value, names.meta),))
+        else:
+            replies = yield Pipe((("DEL", *names.keys[:-1]),  # all but the lock, one atomic DEL
+                                  ("ZREM", names.index, names.member),
+                                  ("EXISTS", names.value, names.meta)))
+            found = bool(replies[0])
         _first_error(replies)
-        if replies[2]:  # re-created by a concurrent writer after our DEL: keep it listed
+        if replies[-1]:  # re-created by a concurrent writer after our DEL: keep it listed
             _first_error((yield Pipe((("ZADD", names.index, 0, names.member),))))
-        return bool(replies[0])
+        return found
 
     def history(self, key: StorageKey, last: int | None,
                 before: int | None) -> Program[HistoryPage]:
         names = self.names(key)
         args = ("" if last is None else last, "" if before is None else before)
         reply = yield from retried(lambda: script(lua.HISTORY, names.keys, args))
-        positions = [int(p) for p in reply[1::2]]
-        messages = [decode(body.decode()) for body in reply[2::2]]
+        positions = [int(p) for p in reply[2::2]]
+        messages = [decode(body.decode()) for body in reply[3::2]]
         more = bool(reply[0]) and bool(positions)
-        return HistoryPage(messages, positions, positions[0] if more else None)
+        return HistoryPage(messages, positions, positions[0] if more else None, int(reply[1]))
 
     def keys(self, scope: str, scope_id: str, prefix: str, after: str | None,
              limit: int) -> Program[list[str]]:
@@ -217,7 +251,8 @@ class RedisPrograms:
 
     # -- appends --------------------------------------------------------------------
     def append(self, key: StorageKey, incoming: Sequence[Message], max_messages: int | None,
-               lock_timeout: float) -> Program[AppendOutcome]:
+               lock_timeout: float,
+               idempotency: Idempotency | None = None) -> Program[AppendOutcome]:
         """Snapshot (+ lease) → plan → ``APPLY`` (checks the version, releases the lease).
 
         On a version conflict it reads and plans again, renewing its lease in
@@ -242,12 +277,17 @@ class RedisPrograms:
             while True:
                 plan = plan_append(snap.view, incoming)
                 done = yield from self._apply(names, snap.version, plan, max_messages,
-                                              token if held else "")
+                                              token if held else "", idempotency)
                 if done is not None:
                     lease = None  # the script released it
-                    count, appended, owned = done
+                    count, appended, owned, replayed = done
                     # fenced: serialized only if the lease was still this token's
-                    return AppendOutcome(count, appended, serialized and owned)
+                    if replayed:
+                        return AppendOutcome(count, appended, serialized and owned,
+                                             replayed=True)
+                    stats = AppendStats(plan.dropped_results, plan.dropped_turns, plan.healed,
+                                        plan.replaced)
+                    return AppendOutcome(count, appended, serialized and owned, stats)
                 conflicts += 1
                 if time.monotonic() >= deadline:
                     serialized = False  # MEM-12: still never dropped, still whole
@@ -284,18 +324,27 @@ class RedisPrograms:
         return held, _Snapshot(view_from(ids, heals, replies), version)
 
     def _apply(self, names: Names, version: str, plan: AppendPlan, max_messages: int | None,
-               lease: str) -> Program[tuple[int, int, bool] | None]:
-        """``(count, appended, lease still ours)``, or ``None`` on a version conflict."""
+               lease: str, idempotency: Idempotency | None = None,
+               ) -> Program[tuple[int, int, bool, bool] | None]:
+        """``(count, appended, lease still ours, replayed)``, or ``None`` on a version
+        conflict. An idempotency key is checked and recorded by the script itself."""
+        keys: tuple[bytes, ...] = names.keys
+        idem: tuple[Any, ...] = ("", 0, "0")
+        if idempotency is not None:
+            record, idem = self._idem(idempotency)
+            keys = (*keys, record)
         args = [version, uuid.uuid4().hex, lease, SLOT,
-                "" if max_messages is None else max_messages, *plan_args(plan)]
+                "" if max_messages is None else max_messages, *idem, *plan_args(plan)]
         # an append that may create the buffer lists its key in the same round trip
         extra = () if version else (("ZADD", names.index, 0, names.member),)
-        reply = yield from script(lua.APPLY, names.keys, args, extra)
+        reply = yield from script(lua.APPLY, keys, args, extra)
         if reply[0] == b"value":
             raise _conflict(names)
         if reply[0] == b"conflict":
             return None
-        return int(reply[1]), int(reply[2]), bool(int(reply[3]))
+        if reply[0] == b"idem_conflict":
+            raise _idem_conflict(idempotency)
+        return int(reply[1]), int(reply[2]), bool(int(reply[3])), reply[0] == b"replay"
 
     # -- the administrative path (MEM-15) ------------------------------------------------
     def edit(self, key: StorageKey, position: int, message: Message | None) -> Program[bool]:

@@ -32,14 +32,34 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["APPLY", "BUFFER_PARTS", "EDIT", "HISTORY", "READ", "RELEASE", "RENEW", "WRITE"]
+__all__ = ["APPLY", "BUFFER_PARTS", "DELETE", "EDIT", "HISTORY", "READ", "RELEASE", "RENEW",
+           "WRITE"]
 
 BUFFER_PARTS: Final = ("v", "meta", "pos", "body", "info", "res", "calls", "pend", "lock")
 """The suffixes of one buffer's keys, in the order every script takes them."""
 
+_IDEM: Final = r"""
+-- the idempotency record KEYS[10]: 'fingerprint\nexpires\noutcome' (expires in the
+-- caller's clock, seconds; the key also has a PX ttl).
+-- idem_first: nil when none or expired, false for another fingerprint
+local function idem_first(fp, now)
+  local first = redis.call('GET', KEYS[10])
+  if not first then return nil end
+  local f, e, o = string.match(first, '^([^\n]*)\n([^\n]*)\n(.*)$')
+  if tonumber(e) < tonumber(now) then return nil end
+  if f ~= fp then return false end
+  return o
+end
+local function idem_record(fp, ttl, now, outcome)
+  local expires = string.format('%.6f', tonumber(now) + tonumber(ttl) / 1000)
+  redis.call('SET', KEYS[10], fp .. '\n' .. expires .. '\n' .. outcome, 'PX', ttl)
+end
+"""
+
 _PRELUDE: Final = r"""
 local function s(n) return string.format('%d', n) end
-local TYPES = {'string', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'string'}
+local TYPES = {'string', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'string',
+               'string'}
 for i = 1, #KEYS do
   local t = redis.call('TYPE', KEYS[i])['ok']
   if t ~= 'none' and t ~= TYPES[i] then
@@ -48,11 +68,13 @@ for i = 1, #KEYS do
 end
 """
 
-APPLY: Final = "#!lua\n" + _PRELUDE + r"""
--- KEYS: the nine BUFFER_PARTS.  ARGV: 1 version the plan was made against
--- ("" = no buffer yet), 2 the new version, 3 the lease token to release ("" =
--- none; the reply's 4th element: whether the lease was still that token's),
--- 4 SLOT, 5 max_messages ("" = unbounded), then the operations:
+APPLY: Final = "#!lua\n" + _PRELUDE + _IDEM + r"""
+-- KEYS: the nine BUFFER_PARTS (+ the idempotency record).  ARGV: 1 version the
+-- plan was made against ("" = no buffer yet), 2 the new version, 3 the lease
+-- token to release ("" = none; the reply's 4th element: whether the lease was
+-- still that token's), 4 SLOT, 5 max_messages ("" = unbounded), 6 the
+-- idempotency fingerprint ("" = none), 7 its time to live (ms), 8 the caller's
+-- clock (s), then the operations:
 --   A role body answers healed(0/1) ndeclares id... nopens (id ord)...
 --   R id body
 --   H p|n turn count (id placeholder-body)...
@@ -65,6 +87,14 @@ local function release()
   end
   return 0
 end
+if ARGV[6] ~= '' then  -- a repeated idempotency key: the first outcome, nothing changes
+  local first = idem_first(ARGV[6], ARGV[8])
+  if first == false then return {'idem_conflict', 0, 0, release()} end
+  if first then
+    local c, a = string.match(first, '(%d+) (%d+)')
+    return {'replay', tonumber(c), tonumber(a), release()}
+  end
+end
 if redis.call('EXISTS', V) == 1 then release() return {'value'} end
 if (redis.call('HGET', META, 'ver') or '') ~= ARGV[1] then return {'conflict'} end
 
@@ -76,7 +106,7 @@ local function num(i)
 end
 local slot, window = num(4), nil
 if ARGV[5] ~= '' then window = num(5) end
-local ops, i, sure = {}, 6, {}
+local ops, i, sure = {}, 9, {}
 while i <= #ARGV do
   local kind = ARGV[i]
   if kind == 'A' then
@@ -274,6 +304,7 @@ if window and count > window then
 end
 
 redis.call('HSET', META, 'ver', ARGV[2], 'count', s(count), 'next', s(nextpos))
+if ARGV[6] ~= '' then idem_record(ARGV[6], ARGV[7], ARGV[8], s(count) .. ' ' .. s(appended)) end
 local owned = release()
 return {'ok', count, appended, owned}
 """
@@ -292,9 +323,11 @@ return out
 """
 
 HISTORY: Final = r"""#!lua flags=no-writes
--- ARGV: 1 last ("" = all), 2 before ("" = none).  Returns {more, pos, body, pos, body...}
+-- ARGV: 1 last ("" = all), 2 before ("" = none).
+-- Returns {more, total, pos, body, pos, body...}; total: the entries before `before`
 local upper = '+inf'
 if ARGV[2] ~= '' then upper = '(' .. ARGV[2] end
+local total = redis.call('ZCOUNT', KEYS[3], '-inf', upper)
 local positions, more = nil, 0
 if ARGV[1] == '' then
   positions = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', upper)
@@ -305,7 +338,7 @@ else
   positions = {}
   for k = math.min(last, #newest), 1, -1 do positions[#positions + 1] = newest[k] end
 end
-local out = {more}
+local out = {more, total}
 for k = 1, #positions, 1000 do
   local chunk = redis.call('HMGET', KEYS[4], unpack(positions, k, math.min(k + 999, #positions)))
   for j, body in ipairs(chunk) do
@@ -316,11 +349,32 @@ end
 return out
 """
 
-WRITE: Final = r"""#!lua
--- a plain value replaces whatever the key held (ARGV[1]: JSON text)
+WRITE: Final = "#!lua\n" + _IDEM + r"""
+-- a plain value replaces whatever the key held (ARGV[1]: JSON text); with an
+-- idempotency record (KEYS[10]; ARGV 2 fingerprint, 3 ms, 4 clock) a repeat does nothing
+if ARGV[2] then
+  local first = idem_first(ARGV[2], ARGV[4])
+  if first == false then return 'idem_conflict' end
+  if first then return 'replay' end
+end
 redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 redis.call('SET', KEYS[1], ARGV[1])
+if ARGV[2] then idem_record(ARGV[2], ARGV[3], ARGV[4], '') end
 return 1
+"""
+
+DELETE: Final = "#!lua\n" + _IDEM + r"""
+-- an idempotent delete: KEYS the nine BUFFER_PARTS + the idempotency record;
+-- ARGV 1 fingerprint, 2 ms, 3 clock.  Returns {'ok'|'replay'|'idem_conflict', found}
+local first = idem_first(ARGV[1], ARGV[3])
+if first == false then return {'idem_conflict', 0} end
+if first then return {'replay', tonumber(first)} end
+local removed = redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6],
+                           KEYS[7], KEYS[8])
+local found = 0
+if removed > 0 then found = 1 end
+idem_record(ARGV[1], ARGV[2], ARGV[3], tostring(found))
+return {'ok', found}
 """
 
 RELEASE: Final = r"""#!lua
