@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import click
 
+from . import formats
+from .cli_formats import unwrap
 from .errors import FlowmemError
 from .memory import Memory
 from .normalize import normalize
@@ -101,14 +103,17 @@ def delete(store: str | None, scope: str, key: str, **ids: Any) -> None:
 @click.command("append")
 @_where
 @click.option("--max-messages", type=int, default=None, help="Window size (oldest evicted).")
+@click.option("--format", "fmt", type=click.Choice(formats.FORMATS), default="canonical",
+              show_default=True, help="The dialect MESSAGES are written in.")
 @click.argument("messages", required=False)
-def append(store: str | None, scope: str, key: str, max_messages: int | None,
+def append(store: str | None, scope: str, key: str, max_messages: int | None, fmt: str,
            messages: str | None, **ids: Any) -> None:
     """Append MESSAGES (a JSON message or list; stdin when omitted) with MEM-1..14."""
     incoming = _json_argument(messages, "MESSAGES")
 
     def work(memory: Memory) -> dict[str, Any]:
-        result = memory.append(scope, key, incoming, context=_context(ids),
+        canonical = formats.to_canonical(incoming, fmt) if fmt != "canonical" else incoming
+        result = memory.append(scope, key, canonical, context=_context(ids),
                                max_messages=max_messages)
         return {"scope": result.scope, "resolved_scope_id": result.resolved_scope_id,
                 "refused": result.refused, **result.to_dict()}
@@ -120,15 +125,24 @@ def append(store: str | None, scope: str, key: str, max_messages: int | None,
 @_where
 @click.option("--last", type=click.IntRange(0), default=50, show_default=True)
 @click.option("--before", type=int, default=None, help="The `before` cursor of a later page.")
+@click.option("--format", "fmt", type=click.Choice(formats.FORMATS), default="canonical",
+              show_default=True, help="Print the messages as a provider takes them "
+              "(sendable, MEM-5; see docs/formats.md).")
 def history(store: str | None, scope: str, key: str, last: int, before: int | None,
-            **ids: Any) -> None:
-    """The last messages of a conversation, oldest first, with their positions."""
+            fmt: str, **ids: Any) -> None:
+    """The last messages of a conversation, oldest first, with their positions
+    (or, with --format, as a provider takes them)."""
     def work(memory: Memory) -> dict[str, Any]:
         page = memory.history(scope, key, context=_context(ids), last=last, before=before)
-        return {"scope": page.scope, "resolved_scope_id": page.resolved_scope_id,
-                "refused": page.refused, "before": page.before,
-                "messages": [{"position": p, "message": m}
-                             for p, m in zip(page.positions, page.messages, strict=True)]}
+        head = {"scope": page.scope, "resolved_scope_id": page.resolved_scope_id,
+                "refused": page.refused, "before": page.before}
+        if fmt != "canonical":
+            rendered = formats.render(page.messages, fmt)
+            output = rendered.output if fmt == "anthropic" else {"messages": rendered.output}
+            return {**head, "format": fmt, "dropped": rendered.dropped, **output}
+        return {**head, "messages": [{"position": p, "message": m}
+                                     for p, m in zip(page.positions, page.messages,
+                                                     strict=True)]}
 
     _run(store, work)
 
@@ -136,8 +150,10 @@ def history(store: str | None, scope: str, key: str, last: int, before: int | No
 @click.command("normalize")
 @click.argument("messages", required=False)
 def normalize_command(messages: str | None) -> None:
-    """Print MESSAGES (JSON; stdin when omitted) as a provider-sendable list (MEM-5)."""
-    result = normalize(_json_argument(messages, "MESSAGES"))
+    """Print MESSAGES (JSON; stdin when omitted) as a provider-sendable list (MEM-5).
+
+    Also reads what ``flowmem history`` prints."""
+    result = normalize(unwrap(_json_argument(messages, "MESSAGES")))
     _echo({"messages": result.messages, "dropped": result.dropped})
 
 

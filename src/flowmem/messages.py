@@ -166,8 +166,12 @@ def canonical_message(message: Any, *, index: int | None = None,
                                index=index, where=where)
     role = message.get("role")
     if not isinstance(role, str) or role not in ROLES:
-        raise InvalidMessage(f"role must be one of {sorted(ROLES)}, got {role!r}",
-                             index=index, field="role", where=where)
+        hint = _dialect_hint(message)
+        raise InvalidMessage(hint or f"role must be one of {sorted(ROLES)}, got {role!r}",
+                             index=index, field="role" if hint is None or role else "type",
+                             where=where)
+    if isinstance(message.get("content"), list):
+        _refuse_anthropic_blocks(message["content"], index, where)
     given_metadata = message.get("metadata")
     if given_metadata is not None and type(given_metadata) is not dict \
             and not isinstance(given_metadata, Mapping):
@@ -186,6 +190,35 @@ def canonical_message(message: Any, *, index: int | None = None,
         metadata["tool_call_id"] = answered
     content = _field_copy(message.get("content"), "content", index, where)
     return {"role": role, "content": content, "metadata": metadata}
+
+
+_ANTHROPIC_PAIRING: Final = frozenset({"tool_use", "tool_result"})
+_CONVERTERS: Final = {
+    "openai": "flowmem.formats.from_openai_chat (format='openai')",
+    "responses": "flowmem.formats.from_responses (format='responses')",
+    "anthropic": "flowmem.formats.from_anthropic (format='anthropic')",
+}
+
+
+def _dialect_hint(message: Mapping[Any, Any]) -> str | None:
+    """Why a role-less or foreign-role message is another dialect, naming its converter."""
+    role, kind = message.get("role"), message.get("type")
+    if role is None and isinstance(kind, str):
+        return (f"this is an OpenAI Responses item (type {kind!r}), not a message: "
+                f"convert it with {_CONVERTERS['responses']}")
+    if role in ("developer", "function"):
+        return (f"role {role!r} is OpenAI Chat's: convert the messages with "
+                f"{_CONVERTERS['openai']}")
+    return None
+
+
+def _refuse_anthropic_blocks(content: list[Any], index: int | None, where: str) -> None:
+    """Anthropic ``tool_use``/``tool_result`` blocks carry pairing the buffer must see."""
+    for i, block in enumerate(content):
+        if isinstance(block, Mapping) and block.get("type") in _ANTHROPIC_PAIRING:
+            raise InvalidMessage(f"an Anthropic {block['type']} block: convert the messages "
+                                 f"with {_CONVERTERS['anthropic']} so the tool pairing is kept",
+                                 index=index, field=f"content[{i}]", where=where)
 
 
 def _check_pairing_fields(metadata: dict[str, Any], index: int | None, where: str) -> None:

@@ -14,14 +14,20 @@ through :func:`flowmem.messages.coerce_content`.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .ids import call_entries, call_id, call_id_field, result_id
-from .messages import HEALED_CONTENT, ROLES, Message, coerce_content
+from .messages import HEALED_CONTENT, ROLES, Message, coerce_content, healed_placeholder
 
-__all__ = ["NormalizeResult", "is_sendable", "normalize", "sendability_problems"]
+__all__ = [
+    "NormalizeResult",
+    "is_sendable",
+    "normalize",
+    "repair_pairing",
+    "sendability_problems",
+]
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,10 @@ class _Entry:
     content: str
     calls: list[Any] = field(default_factory=list)
     result: str | None = None
+    source: Message | None = None
+    """The canonical message this entry stands for (:func:`repair_pairing` only)."""
+    blank: bool = False
+    """Whether an assistant turn has nothing to send besides its calls."""
 
 
 @dataclass
@@ -67,6 +77,7 @@ class _Turn:
     """An assistant turn being repaired, with the block of results it owns."""
 
     content: str
+    source: Message | None = None
     calls: list[Any] = field(default_factory=list)
     ids: list[str] = field(default_factory=list)
     results: dict[str, _Entry] = field(default_factory=dict)
@@ -93,7 +104,8 @@ def _coerce_one(item: Any) -> _Entry | None:
     content = coerce_content(item.get("content"))
     if role == "system":
         return _Entry(role, content)
-    return _Entry(role, content, calls=call_entries(item), result=result_id(item))
+    return _Entry(role, content, calls=call_entries(item), result=result_id(item),
+                  blank=content == "")
 
 
 def _coerce(items: list[Any], tally: _Tally) -> list[_Entry]:
@@ -128,7 +140,7 @@ class _Repair:
 
     def _assistant(self, entry: _Entry) -> None:
         """Keep the first usable declaration of each id; drop an emptied turn."""
-        turn = _Turn(entry.content)
+        turn = _Turn(entry.content, entry.source)
         for call in entry.calls:
             found = call_id(call)
             if found is None or found in self._owners:
@@ -137,7 +149,7 @@ class _Repair:
             self._owners[found] = turn
             turn.calls.append(call)
             turn.ids.append(found)
-        if not turn.calls and turn.content == "":
+        if not turn.calls and entry.blank:
             self._tally.drop()
             return
         self._items.append(turn)
@@ -157,7 +169,7 @@ class _Repair:
             if isinstance(item, _Entry):
                 out.append(item)
                 continue
-            out.append(_Entry("assistant", item.content, calls=item.calls))
+            out.append(_Entry("assistant", item.content, calls=item.calls, source=item.source))
             out.extend(item.results.values())
             out.extend(_Entry("tool", HEALED_CONTENT, result=found)
                        for found in item.ids if found not in item.results)
@@ -166,6 +178,16 @@ class _Repair:
 
 def _repair(entries: list[_Entry], tally: _Tally) -> list[_Entry]:
     return _Repair(tally).run(entries)
+
+
+def _structural(entries: list[_Entry], tally: _Tally) -> list[_Entry]:
+    """MEM-5 steps 2-4 on coerced entries: system first, pairing repaired, no leading tool."""
+    system = [entry for entry in entries if entry.role == "system"]
+    others = _repair([entry for entry in entries if entry.role != "system"], tally)
+    while others and others[0].role == "tool":
+        tally.drop()
+        others = _repair(others[1:], tally)
+    return system + others
 
 
 def _copy_call(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -217,13 +239,54 @@ def normalize(messages: Any) -> NormalizeResult:
     changes nothing.
     """
     tally = _Tally()
-    entries = _coerce(_as_list(messages), tally)
-    system = [entry for entry in entries if entry.role == "system"]
-    others = _repair([entry for entry in entries if entry.role != "system"], tally)
-    while others and others[0].role == "tool":
-        tally.drop()
-        others = _repair(others[1:], tally)
-    return NormalizeResult([_flat(entry) for entry in system + others], tally.count)
+    entries = _structural(_coerce(_as_list(messages), tally), tally)
+    return NormalizeResult([_flat(entry) for entry in entries], tally.count)
+
+
+def _source_entry(message: Message, blank: Callable[[Message], bool]) -> _Entry:
+    role = message["role"]
+    if role == "system":
+        return _Entry(role, "", source=message)
+    if role == "tool":
+        return _Entry(role, "", result=result_id(message), source=message)
+    return _Entry(role, "", calls=call_entries(message), source=message,
+                  blank=role == "assistant" and blank(message))
+
+
+def _repaired(entry: _Entry) -> Message:
+    source = entry.source
+    if source is None:  # a synthetic result for a dangling call
+        assert entry.result is not None
+        return healed_placeholder(entry.result)
+    if entry.role != "assistant" or len(entry.calls) == len(call_entries(source)):
+        return source
+    metadata = {k: v for k, v in source["metadata"].items() if k != "tool_calls"}
+    if entry.calls:
+        metadata["tool_calls"] = entry.calls
+    return {**source, "metadata": metadata}
+
+
+def _blank_text(message: Message) -> bool:
+    return coerce_content(message.get("content")) == ""
+
+
+def repair_pairing(messages: Sequence[Message], *,
+                   blank: Callable[[Message], bool] = _blank_text) -> tuple[list[Message], int]:
+    """The structural repairs of :func:`normalize` on canonical messages, payloads kept.
+
+    Steps 2-4 of MEM-5 exactly as :func:`normalize` runs them (system first,
+    orphan and duplicate results dropped, displaced results moved, dangling
+    calls answered with :func:`~flowmem.messages.healed_placeholder`, repeated
+    declarations removed, no leading ``tool``), but the messages keep their
+    content and metadata untouched (no step 1 coercion), so a provider
+    converter (:mod:`flowmem.formats`) can render them. ``blank(message)``
+    says whether an assistant turn left with no calls has nothing to send
+    (such a turn is dropped). Returns the repaired list (messages shared with
+    the input unless changed; never mutated) and the drop count.
+    """
+    tally = _Tally()
+    entries = _structural([_source_entry(m, blank) for m in messages], tally)
+    return [_repaired(entry) for entry in entries], tally.count
 
 
 class _Checker:
