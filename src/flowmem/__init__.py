@@ -35,6 +35,7 @@ from .errors import (
     StoreBusy,
     StoreError,
     StoreUnavailable,
+    SyncCallOnAsyncMemory,
     UnknownScope,
 )
 from .ids import usable_id
@@ -93,6 +94,7 @@ __all__ = [
     "StoreBusy",
     "StoreError",
     "StoreUnavailable",
+    "SyncCallOnAsyncMemory",
     "UnknownScope",
     "WriteResult",
     "__version__",

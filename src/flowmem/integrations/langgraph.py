@@ -1,0 +1,250 @@
+"""LangGraph: :func:`add_messages`, the ``add_messages`` reducer with the GR-MEM rules.
+
+A drop-in for ``langgraph.graph.message.add_messages``::
+
+    from typing import Annotated
+    from langchain_core.messages import AnyMessage
+    from flowmem.integrations.langgraph import add_messages
+
+    class State(TypedDict):
+        messages: Annotated[list[AnyMessage], add_messages]
+
+It keeps LangGraph's semantics — dicts, tuples, strings and message objects
+are coerced to messages, a message without an id gets a uuid, a message whose
+id is already in the state replaces it in place, ``RemoveMessage(id)``
+deletes (an unknown id raises ``ValueError``), ``RemoveMessage(id=
+REMOVE_ALL_MESSAGES)`` drops everything before it, and ``format=
+"langchain-openai"`` formats the result — and the messages that are new to
+the state are appended by tool call id with the buffer rules of
+:mod:`flowmem.plan` (the one place they are decided):
+
+- MEM-1: a ``ToolMessage`` for a call that already has a result is dropped;
+- MEM-2: an ``AIMessage`` whose every tool call id is already declared is dropped;
+- MEM-3: before a ``HumanMessage``, every unanswered call gets an interrupted
+  ``ToolMessage`` (``status="error"``, ``additional_kwargs={"healed": True}``)
+  right after its turn's block of results;
+- MEM-10: a real result for a healed call replaces its placeholder in place.
+
+Cost: one pass over the state, as LangGraph's own reducer makes (it copies
+the state and indexes its ids); flowmem's pass looks only at ``AIMessage``
+turns with tool calls and ``ToolMessage`` results. After ``RemoveMessage(
+id=REMOVE_ALL_MESSAGES)`` the remaining messages are merged into an empty
+state, so the same rules apply to them.
+
+Requires ``pip install 'flowmem[langgraph]'``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from functools import partial
+from typing import Any, Final
+
+from ..errors import MissingDependency
+
+try:
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        BaseMessageChunk,
+        ChatMessage,
+        HumanMessage,
+        RemoveMessage,
+        ToolMessage,
+        convert_to_messages,
+        convert_to_openai_messages,
+        message_chunk_to_message,
+    )
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+except ImportError as exc:  # pragma: no cover - exercised without the extra
+    raise MissingDependency("langgraph", "langgraph") from exc
+
+from ..entries import derive_indexes
+from ..ids import is_healed
+from ..messages import Message, healed_placeholder
+from ..plan import (
+    AddEntry,
+    BufferView,
+    HealTurn,
+    NewTurn,
+    ReplacePlaceholder,
+    mentioned_ids,
+    needs_pending,
+    plan_append,
+)
+from .langchain import from_entry
+
+__all__ = ["REMOVE_ALL_MESSAGES", "add_messages"]
+
+_FORMATS: Final = ("langchain-openai",)
+_OTHER: Final[Message] = {"role": "system"}
+_USER: Final[Message] = {"role": "user"}
+
+
+def add_messages(left: Any = None, right: Any = None, *,
+                 format: str | None = None) -> Any:
+    """Merge ``right`` into ``left`` as LangGraph does, with the GR-MEM rules (module doc).
+
+    Called with ``format`` only (``add_messages(format="langchain-openai")``)
+    it returns the reducer with that option, as LangGraph's does.
+    """
+    if left is None and right is None:
+        reducer: Callable[..., Any] = partial(_merge, format=format)
+        return reducer
+    if left is None or right is None:
+        raise ValueError("Must specify non-null arguments for both 'left' and 'right'. "
+                         f"Only received: '{'left' if left is not None else 'right'}'.")
+    return _merge(left, right, format=format)
+
+
+def _coerce(messages: Any) -> list[BaseMessage]:
+    items = messages if isinstance(messages, list) else [messages]
+    if all(issubclass(t, BaseMessage) and not issubclass(t, BaseMessageChunk)
+           for t in set(map(type, items))):
+        return items
+    return [message_chunk_to_message(m) if isinstance(m, BaseMessageChunk) else m
+            for m in convert_to_messages(items)]
+
+
+def _merge(left: Any, right: Any, *, format: str | None = None) -> list[BaseMessage]:
+    if format is not None and format not in _FORMATS:
+        raise ValueError(f"Unrecognized {format=}. Expected one of 'langchain-openai', None.")
+    state, incoming = _coerce(left), _coerce(right)
+    for message in state:
+        if message.id is None:
+            message.id = str(uuid.uuid4())
+    cut = None
+    for index, message in enumerate(incoming):
+        if message.id is None:
+            message.id = str(uuid.uuid4())
+        if isinstance(message, RemoveMessage) and message.id == REMOVE_ALL_MESSAGES:
+            cut = index
+    if cut is not None:
+        state, incoming = [], incoming[cut + 1:]
+    merged, new = _by_id(state, incoming)
+    merged = _with_rules(merged, new)
+    if format == "langchain-openai":
+        merged = convert_to_messages(convert_to_openai_messages(merged))
+    return merged
+
+
+def _by_id(state: list[BaseMessage],
+           incoming: list[BaseMessage]) -> tuple[list[BaseMessage], list[BaseMessage]]:
+    """LangGraph's id semantics: replacements and removals; returns (state, new messages)."""
+    merged = state.copy()
+    at = {m.id: i for i, m in enumerate(merged)}
+    new: dict[str | None, BaseMessage] = {}
+    removed: set[str | None] = set()
+    for message in incoming:
+        known = at.get(message.id)
+        if known is not None or message.id in new:
+            if isinstance(message, RemoveMessage):
+                removed.add(message.id)
+                continue
+            removed.discard(message.id)
+            if known is not None:
+                merged[known] = message
+            else:
+                new[message.id] = message
+        elif isinstance(message, RemoveMessage):
+            raise ValueError("Attempting to delete a message with an ID that doesn't exist "
+                             f"('{message.id}')")
+        else:
+            new[message.id] = message
+    if removed:
+        merged = [m for m in merged if m.id not in removed]
+    return merged, [m for key, m in new.items() if key not in removed]
+
+
+def _pairing(message: BaseMessage) -> Message | None:
+    """What the rules read of a message (ids through :mod:`flowmem.ids`), or ``None``."""
+    if isinstance(message, ToolMessage):
+        view: Message = {"role": "tool", "tool_call_id": message.tool_call_id}
+        if message.additional_kwargs.get("healed") is True:
+            view["healed"] = True
+        return view
+    if isinstance(message, AIMessage) and message.tool_calls:
+        return {"role": "assistant", "tool_calls": message.tool_calls}
+    return None
+
+
+def _role_only(message: BaseMessage) -> Message:
+    if isinstance(message, HumanMessage) or (isinstance(message, ChatMessage)
+                                             and message.role == "user"):
+        return _USER
+    return {"role": "assistant"} if isinstance(message, AIMessage) else _OTHER
+
+
+def _placeholder(call_id: str) -> BaseMessage:
+    message = from_entry(healed_placeholder(call_id))
+    message.id = str(uuid.uuid4())
+    return message
+
+
+def _with_rules(merged: list[BaseMessage], new: list[BaseMessage]) -> list[BaseMessage]:
+    """Append ``new`` to ``merged`` as :func:`flowmem.plan.plan_append` decides."""
+    if not new:
+        return merged
+    views = [_pairing(m) or _role_only(m) for m in new]
+    source = {id(view): message for view, message in zip(views, new, strict=True)}
+    indexes = derive_indexes((i, view) for i, view in
+                             ((i, _pairing(m)) for i, m in enumerate(merged)) if view)
+    mentioned = mentioned_ids(views)
+    plan = plan_append(BufferView(
+        results={call: is_healed(_pairing(merged[indexes.results[call][0]]) or {})
+                 for call in mentioned if call in indexes.results},
+        declared={call for call in mentioned if call in indexes.calls},
+        pending=indexes.pending if needs_pending(views) else ()), views)
+    if plan.ops and all(isinstance(op, AddEntry) for op in plan.ops) and \
+            len(plan.ops) == len(new):
+        return [*merged, *new]
+    return _apply(merged, plan.ops, source, indexes.results)
+
+
+def _apply(merged: list[BaseMessage], ops: Any, source: dict[int, BaseMessage],
+           results: dict[str, list[int]]) -> list[BaseMessage]:
+    after: dict[int, list[BaseMessage]] = {}  # placeholders after a stored index
+    tail: list[BaseMessage] = []
+    added: dict[int, BaseMessage] = {}
+    healed_here: dict[str, tuple[list[BaseMessage], BaseMessage]] = {}
+    for op in ops:
+        if isinstance(op, AddEntry):
+            added[op.ordinal] = source[id(op.message)]
+            tail.append(added[op.ordinal])
+        elif isinstance(op, ReplacePlaceholder):
+            real = source[id(op.message)]
+            if op.call_id in healed_here:
+                holder, placeholder = healed_here.pop(op.call_id)
+                holder[next(i for i, m in enumerate(holder) if m is placeholder)] = real
+            else:
+                merged[results[op.call_id][0]] = real
+        elif isinstance(op, HealTurn):
+            placeholders = [_placeholder(call) for call in op.call_ids]
+            if isinstance(op.turn, NewTurn):
+                turn = added[op.turn.ordinal]
+                spot = _block_end(tail, next(i for i, m in enumerate(tail) if m is turn))
+                tail[spot:spot] = placeholders
+                holder = tail
+            else:
+                holder = after.setdefault(_block_end(merged, op.turn) - 1, [])
+                holder.extend(placeholders)
+            for call, placeholder in zip(op.call_ids, placeholders, strict=True):
+                healed_here[call] = (holder, placeholder)
+    if not after:
+        return [*merged, *tail]
+    out: list[BaseMessage] = []
+    for index, message in enumerate(merged):
+        out.append(message)
+        out.extend(after.get(index, ()))
+    out.extend(tail)
+    return out
+
+
+def _block_end(messages: list[BaseMessage], turn: int) -> int:
+    """The index right after ``turn``'s contiguous block of tool results."""
+    spot = turn + 1
+    while spot < len(messages) and isinstance(messages[spot], ToolMessage):
+        spot += 1
+    return spot
+
