@@ -36,12 +36,15 @@ from ..errors import InvalidValue, MessageTypeError, MissingDependency, SyncCall
 try:
     from langchain_core.chat_history import BaseChatMessageHistory
     from langchain_core.messages import (
+        AnyMessage,
         BaseMessage,
         BaseMessageChunk,
         message_chunk_to_message,
         message_to_dict,
         messages_from_dict,
     )
+    from langchain_core.prompt_values import PromptValue
+    from langchain_core.runnables import RunnableLambda
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("langchain-core", "langchain") from exc
 
@@ -57,7 +60,8 @@ __all__ = [
     "FlowmemChatMessageHistory",
     "from_entries",
     "from_entry",
-    "sendable_entries",
+    "sendable",
+    "sendable_messages",
     "to_entries",
     "to_entry",
 ]
@@ -191,10 +195,23 @@ def _blank(message: Message) -> bool:
     return content is None or content == "" or content == []
 
 
-def sendable_entries(history: Sequence[Message]) -> list[Message]:
-    """A stored history with MEM-5's structural repairs, payloads kept (what a model gets)."""
-    repaired, _ = repair_pairing(history, blank=_blank)
-    return repaired
+def sendable_messages(messages: PromptValue | Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The messages with MEM-5's structural repairs, payloads kept (what a model may get).
+
+    System first; an unanswered call answered by the interrupted placeholder
+    right after its turn's block; a duplicate or orphan result dropped; a
+    result outside its turn's block moved into it; no leading result.
+    Messages that need no repair come back as they were.
+    """
+    if isinstance(messages, PromptValue):
+        messages = messages.to_messages()
+    repaired, _ = repair_pairing(to_entries(messages), blank=_blank)
+    return from_entries(repaired)
+
+
+sendable: RunnableLambda[PromptValue | Sequence[AnyMessage], list[BaseMessage]] = \
+    RunnableLambda(sendable_messages, name="flowmem_sendable")
+"""A runnable for ``prompt | sendable | model``: :func:`sendable_messages` as a chain step."""
 
 
 # --------------------------------------------------------------------------- history
@@ -206,22 +223,24 @@ class FlowmemChatMessageHistory(BaseChatMessageHistory):
     the conversation is (``scope``, ``key``) under ``context`` (an identity
     scope without its identity is refused, MEM-6/7/13: reads are empty,
     writes are no-ops, one warning is logged). ``max_messages`` windows the
-    buffer on every append.
+    buffer on every append. ``messages`` reads the history exactly as stored.
 
     Over a ``Memory`` the sync methods run directly and the async ones in a
     thread (LangChain's default); over an ``AsyncMemory`` the async methods
     (``aget_messages``, ``aadd_messages``, ``aclear``) are native and the sync
     ones raise :class:`~flowmem.errors.SyncCallOnAsyncMemory`.
 
-    Reading returns the stored history with MEM-5's structural repairs
-    (``repair=True``): a call the store has not healed yet (its user turn
-    not yet appended) is answered with the interrupted placeholder, so what
-    LangChain sends to a model is sendable. ``repair=False`` reads it as stored.
+    The store heals an interrupted call when the next user message is
+    appended (MEM-3), but ``RunnableWithMessageHistory`` calls the model
+    before it appends that turn: put :data:`sendable` between the prompt
+    and the model (``prompt | sendable | model``) so the model gets the
+    call answered. A history cannot do it on read: the next input may be
+    the call's real result.
     """
 
     def __init__(self, memory: Memory | AsyncMemory, scope: str, key: str, *,
-                 context: ExecutionContext | None = None, max_messages: int | None = None,
-                 repair: bool = True) -> None:
+                 context: ExecutionContext | None = None,
+                 max_messages: int | None = None) -> None:
         if not isinstance(memory, Memory | AsyncMemory):
             raise MessageTypeError(f"memory must be a flowmem Memory or AsyncMemory, "
                                    f"got {type(memory).__name__}")
@@ -230,10 +249,6 @@ class FlowmemChatMessageHistory(BaseChatMessageHistory):
         self.key = key
         self.context = context
         self.max_messages = max_messages
-        self.repair = repair
-
-    def _render(self, stored: list[Message]) -> list[BaseMessage]:
-        return from_entries(sendable_entries(stored) if self.repair else stored)
 
     def _blocking(self, what: str) -> Memory:
         if isinstance(self.memory, AsyncMemory):
@@ -245,10 +260,10 @@ class FlowmemChatMessageHistory(BaseChatMessageHistory):
     # -- sync -----------------------------------------------------------------
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
-        """The conversation as LangChain messages (repaired for sending, see the class doc)."""
+        """The conversation as LangChain messages, as stored."""
         memory = self._blocking("messages")
         page = memory.history(self.scope, self.key, context=self.context)
-        return self._render(page.messages)
+        return from_entries(page.messages)
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Append with the GR-MEM rules (MEM-1/2/3/10/14)."""
@@ -266,7 +281,7 @@ class FlowmemChatMessageHistory(BaseChatMessageHistory):
         if not isinstance(self.memory, AsyncMemory):
             return await super().aget_messages()
         page = await self.memory.history(self.scope, self.key, context=self.context)
-        return self._render(page.messages)
+        return from_entries(page.messages)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """As :meth:`add_messages`; native over an ``AsyncMemory``."""
