@@ -78,8 +78,6 @@ from .langchain import from_entry
 __all__ = ["REMOVE_ALL_MESSAGES", "add_messages"]
 
 _FORMATS: Final = ("langchain-openai",)
-_OTHER: Final[Message] = {"role": "system"}
-_USER: Final[Message] = {"role": "user"}
 
 
 def add_messages(left: Any = None, right: Any = None, *,
@@ -170,10 +168,11 @@ def _pairing(message: BaseMessage) -> Message | None:
 
 
 def _role_only(message: BaseMessage) -> Message:
+    """A fresh view per message (the plan's operations are mapped back by identity)."""
     if isinstance(message, HumanMessage) or (isinstance(message, ChatMessage)
                                              and message.role == "user"):
-        return _USER
-    return {"role": "assistant"} if isinstance(message, AIMessage) else _OTHER
+        return {"role": "user"}
+    return {"role": "assistant" if isinstance(message, AIMessage) else "system"}
 
 
 def _placeholder(call_id: str) -> BaseMessage:
