@@ -10,10 +10,13 @@ system item is one entry), so the buffer rules apply by call id: a re-fired
 is dropped (MEM-2), a call left without output is healed when the next user
 item arrives (MEM-3) and a late output replaces the placeholder (MEM-10).
 
-Reading: ``get_items()`` renders the whole history with
-:func:`~flowmem.formats.to_responses` (MEM-5's repairs, so it is sendable);
-``get_items(limit)`` returns the last ``limit`` items exactly as stored, one
-entry at a time without repairs (the SDK compares a tail with what it wrote).
+Reading: ``get_items(limit)`` returns the last ``limit`` items (all with
+``None``) exactly as they were added — a healed placeholder reads as a
+``function_call_output`` — with no MEM-5 repair on read: the SDK compares
+the tail with what it wrote, and a call may be open because its output is
+on the way. The SDK itself drops calls without output from the input it
+prepares for the model; the store heals them when the next user item is
+added (MEM-3), so the stored history is sendable from that turn on.
 
 ``pop_item()`` removes exactly the newest ITEM: when the newest entry holds
 several (a reasoning item, a message, calls), that entry is rewritten without
@@ -41,7 +44,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("openai-agents", "agents") from exc
 
 from ..async_memory import AsyncMemory
-from ..formats import from_responses, render_responses, to_responses
+from ..formats import from_responses, render_responses
 from ..ids import result_id
 from ..messages import Message
 from ..scopes import ExecutionContext
@@ -133,19 +136,15 @@ class FlowmemSession:
         self._lock = asyncio.Lock()
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
-        """The history as Responses input items, oldest first (see the module doc)."""
+        """The latest ``limit`` items (all: ``None``) as added, oldest first (module doc)."""
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
-        if limit is None:
-            page = await self.memory.history(self.scope, self.session_id, context=self.context)
-            items: list[Any] = to_responses(page.messages)
-            return items
-        if limit <= 0:
+        if limit is not None and limit <= 0:
             return []
         page = await self.memory.history(self.scope, self.session_id, context=self.context,
                                          last=limit)
-        tail: list[Any] = [item for entry in page.messages for item in entry_items(entry)]
-        return tail[-limit:]
+        items: list[Any] = [item for entry in page.messages for item in entry_items(entry)]
+        return items if limit is None else items[-limit:]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items with the GR-MEM rules (MEM-1/2/3/10/14)."""
