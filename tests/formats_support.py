@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -210,10 +211,21 @@ def type_errors(output: Any, dialect: str) -> tuple[int, int]:
 
 def _refused(adapter: TypeAdapter[Any], value: Any) -> int:
     try:
-        adapter.validate_python(value)
+        _consume(adapter.validate_python(value))
     except ValidationError:
         return 1
     return 0
+
+
+def _consume(value: Any) -> None:
+    """Walk a validated value: pydantic validates ``Iterable`` fields (tool_calls,
+    content parts, blocks) lazily, element by element, only when iterated."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _consume(item)
+    elif isinstance(value, list | tuple | Iterator):
+        for item in value:
+            _consume(item)
 
 
 def atoms(history: list[dict[str, Any]]) -> list[tuple[Any, ...]]:

@@ -251,3 +251,20 @@ def test_a_turn_left_empty_by_the_repair_is_dropped_for_every_target() -> None:
                {"role": "assistant", "content": "", "tool_calls": [call]}]  # MEM-5: twice
     for rendered in _sendable(history).values():
         assert rendered.dropped == 2  # the repeated declaration and the emptied turn
+
+
+def test_the_validators_bite() -> None:
+    """The SDK type check and the checkers refuse what a provider refuses."""
+    untyped_call = [{"role": "assistant", "content": None,
+                     "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": "{}"}}]}]
+    assert type_errors(untyped_call, "openai") == (1, 1)
+    assert type_errors({"messages": [{"role": "user", "content": "x", "name": "ana"}]},
+                       "anthropic") == (1, 1)
+    assert type_errors([{"type": "function_call", "call_id": "c", "name": "f",
+                         "arguments": {}}], "responses") == (1, 1)
+    payload = formats.to_anthropic(formats.from_anthropic([
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [_use("toolu_1")]},
+        {"role": "user", "content": [_result("toolu_1", "ok")]}]))
+    del payload["messages"][2]
+    assert [p.rule for p in formats.check_anthropic(payload)] == ["MEM-5"]

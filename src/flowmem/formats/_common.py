@@ -29,7 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..ids import call_entries, call_id
+from ..errors import MessageTypeError
+from ..ids import call_entries
 from ..messages import Message, canonical_messages, coerce_content
 from ..normalize import repair_pairing
 
@@ -39,6 +40,7 @@ __all__ = [
     "RESPONSES",
     "Losses",
     "Rendered",
+    "as_items",
     "call_arguments",
     "call_name",
     "content_parts",
@@ -162,6 +164,11 @@ def prepare(history: Sequence[Message] | Any, *, carried: Callable[[Mapping[str,
     return repair_pairing(messages, blank=blank)
 
 
-def has_id(entry: Mapping[str, Any]) -> bool:
-    """Whether a call entry has a usable id (MEM-11)."""
-    return call_id(entry) is not None
+def as_items(messages: Any, where: str) -> list[Any]:
+    """A list of messages/items: a lone mapping is one, a list or tuple is itself."""
+    if isinstance(messages, Mapping):
+        return [messages]
+    if isinstance(messages, list | tuple):
+        return list(messages)
+    raise MessageTypeError(f"expected a list of messages, got {type(messages).__name__}",
+                           where=where)

@@ -30,6 +30,7 @@ from ._common import (
     RESPONSES,
     Losses,
     Rendered,
+    as_items,
     call_arguments,
     call_name,
     content_parts,
@@ -38,7 +39,6 @@ from ._common import (
     namespace,
     prepare,
 )
-from .openai_chat import as_items
 from .parts import anthropic_block, part_text
 
 __all__ = ["from_anthropic", "render_anthropic", "to_anthropic"]

@@ -21,7 +21,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from ..errors import MessageTypeError
 from ..ids import call_id, result_id
 from ..messages import Message, canonical_message
 from ._common import (
@@ -30,6 +29,7 @@ from ._common import (
     RESPONSES,
     Losses,
     Rendered,
+    as_items,
     call_arguments,
     call_name,
     content_parts,
@@ -43,16 +43,6 @@ __all__ = ["from_openai_chat", "render_openai_chat", "to_openai_chat"]
 
 _STORED_AS: Final = {"developer": "system", "function": "tool"}
 _ASSISTANT_FIELDS: Final = ("name", "refusal", "audio", "function_call")
-
-
-def as_items(messages: Any, where: str) -> list[Any]:
-    """A list of messages/items: a lone mapping is one, a list or tuple is itself."""
-    if isinstance(messages, Mapping):
-        return [messages]
-    if isinstance(messages, list | tuple):
-        return list(messages)
-    raise MessageTypeError(f"expected a list of messages, got {type(messages).__name__}",
-                           where=where)
 
 
 def from_openai_chat(messages: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> list[Message]:

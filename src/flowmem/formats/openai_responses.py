@@ -31,6 +31,7 @@ from ._common import (
     RESPONSES,
     Losses,
     Rendered,
+    as_items,
     call_arguments,
     call_name,
     content_parts,
@@ -39,7 +40,6 @@ from ._common import (
     namespace,
     prepare,
 )
-from .openai_chat import as_items
 from .parts import part_text, responses_part
 
 __all__ = ["from_responses", "render_responses", "to_responses"]
