@@ -25,9 +25,12 @@ the state are appended by tool call id with the buffer rules of
   right after its turn's block of results;
 - MEM-10: a real result for a healed call replaces its placeholder in place.
 
-Cost: one pass over the state, as LangGraph's own reducer makes (it copies
-the state and indexes its ids); flowmem's pass looks only at ``AIMessage``
-turns with tool calls and ``ToolMessage`` results. After ``RemoveMessage(
+Cost: LangGraph's own reducer copies the state and indexes its ids on every
+update; this one does the same, plus the rules for what the update adds:
+the pairing indexes of a state it returned are kept (for the last 64
+states) and extended, and derived again only after a heal inside the
+state, a replacement or a removal, or for a state it has not seen (one
+restored from a checkpoint). After ``RemoveMessage(
 id=REMOVE_ALL_MESSAGES)`` the remaining messages are merged into an empty
 state, so the same rules apply to them.
 
@@ -37,6 +40,7 @@ Requires ``pip install 'flowmem[langgraph]'``.
 from __future__ import annotations
 
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
 from typing import Any, Final
@@ -120,20 +124,28 @@ def _merge(left: Any, right: Any, *, format: str | None = None) -> list[BaseMess
             cut = index
     if cut is not None:
         state, incoming = [], incoming[cut + 1:]
-    merged, new = _by_id(state, incoming)
-    merged = _with_rules(merged, new)
+    merged, new, changed = _by_id(state, incoming)
+    known = None if changed else _CACHE.get(id(state))
+    if known is not None and (known.state is not state or len(state) != known.length):
+        known = None
+    merged = _with_rules(merged, new, known)
     if format == "langchain-openai":
         merged = convert_to_messages(convert_to_openai_messages(merged))
     return merged
 
 
-def _by_id(state: list[BaseMessage],
-           incoming: list[BaseMessage]) -> tuple[list[BaseMessage], list[BaseMessage]]:
-    """LangGraph's id semantics: replacements and removals; returns (state, new messages)."""
+def _by_id(state: list[BaseMessage], incoming: list[BaseMessage],
+           ) -> tuple[list[BaseMessage], list[BaseMessage], bool]:
+    """LangGraph's id semantics: replacements and removals.
+
+    Returns the state after them, the messages new to it, and whether the
+    state itself changed.
+    """
     merged = state.copy()
     at = {m.id: i for i, m in enumerate(merged)}
     new: dict[str | None, BaseMessage] = {}
     removed: set[str | None] = set()
+    changed = False
     for message in incoming:
         known = at.get(message.id)
         if known is not None or message.id in new:
@@ -142,6 +154,7 @@ def _by_id(state: list[BaseMessage],
                 continue
             removed.discard(message.id)
             if known is not None:
+                changed = True
                 merged[known] = message
             else:
                 new[message.id] = message
@@ -151,8 +164,9 @@ def _by_id(state: list[BaseMessage],
         else:
             new[message.id] = message
     if removed:
+        changed = changed or any(m.id in removed for m in merged)
         merged = [m for m in merged if m.id not in removed]
-    return merged, [m for key, m in new.items() if key not in removed]
+    return merged, [m for key, m in new.items() if key not in removed], changed
 
 
 def _pairing(message: BaseMessage) -> Message | None:
@@ -181,28 +195,70 @@ def _placeholder(call_id: str) -> BaseMessage:
     return message
 
 
-def _with_rules(merged: list[BaseMessage], new: list[BaseMessage]) -> list[BaseMessage]:
+class _Index:
+    """The pairing indexes of a state this reducer returned (positions in it).
+
+    Derived once by :func:`flowmem.entries.derive_indexes` and extended by
+    the messages each update appends, so an update costs what it adds; a
+    heal inside the state, a replacement or a removal derives them again.
+    """
+
+    __slots__ = ("calls", "length", "pending", "results", "state")
+
+    def __init__(self, state: list[BaseMessage], start: int = 0,
+                 base: _Index | None = None) -> None:
+        found = derive_indexes((i, view) for i, view in
+                               ((i, _pairing(state[i])) for i in range(start, len(state)))
+                               if view)
+        self.state, self.length = state, len(state)
+        if base is None:
+            self.results, self.calls = found.results, found.calls
+            self.pending = {p.call_id: p for p in found.pending}
+            return
+        self.results = {**base.results, **{c: [*base.results.get(c, ()), *spots]
+                                           for c, spots in found.results.items()}}
+        self.calls = {**base.calls, **{c: [*base.calls.get(c, ()), *turns]
+                                       for c, turns in found.calls.items()}}
+        self.pending = {c: p for c, p in base.pending.items() if c not in found.results}
+        for p in found.pending:
+            if p.call_id not in base.results:
+                self.pending.setdefault(p.call_id, p)
+
+
+_CACHE: OrderedDict[int, _Index] = OrderedDict()
+_CACHE_SIZE: Final = 64
+"""States whose indexes are kept (threads reduced at once); the oldest is dropped."""
+
+
+def _remember(index: _Index) -> list[BaseMessage]:
+    _CACHE[id(index.state)] = index
+    _CACHE.move_to_end(id(index.state))
+    while len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return index.state
+
+
+def _with_rules(merged: list[BaseMessage], new: list[BaseMessage],
+                known: _Index | None) -> list[BaseMessage]:
     """Append ``new`` to ``merged`` as :func:`flowmem.plan.plan_append` decides."""
+    indexes = known if known is not None else _Index(merged)
     if not new:
-        return merged
+        return _remember(indexes) if known is None else merged
     views = [_pairing(m) or _role_only(m) for m in new]
     source = {id(view): message for view, message in zip(views, new, strict=True)}
-    indexes = derive_indexes((i, view) for i, view in
-                             ((i, _pairing(m)) for i, m in enumerate(merged)) if view)
     mentioned = mentioned_ids(views)
     plan = plan_append(BufferView(
         results={call: is_healed(_pairing(merged[indexes.results[call][0]]) or {})
                  for call in mentioned if call in indexes.results},
         declared={call for call in mentioned if call in indexes.calls},
-        pending=indexes.pending if needs_pending(views) else ()), views)
-    if plan.ops and all(isinstance(op, AddEntry) for op in plan.ops) and \
-            len(plan.ops) == len(new):
-        return [*merged, *new]
-    return _apply(merged, plan.ops, source, indexes.results)
+        pending=list(indexes.pending.values()) if needs_pending(views) else ()), views)
+    out, inside = _apply(merged, plan.ops, source, indexes.results)
+    return _remember(_Index(out) if inside else _Index(out, len(merged), indexes))
 
 
 def _apply(merged: list[BaseMessage], ops: Any, source: dict[int, BaseMessage],
-           results: dict[str, list[int]]) -> list[BaseMessage]:
+           results: dict[str, list[int]]) -> tuple[list[BaseMessage], bool]:
+    """The state after the plan's operations, and whether it changed inside ``merged``."""
     after: dict[int, list[BaseMessage]] = {}  # placeholders after a stored index
     tail: list[BaseMessage] = []
     added: dict[int, BaseMessage] = {}
@@ -231,13 +287,13 @@ def _apply(merged: list[BaseMessage], ops: Any, source: dict[int, BaseMessage],
             for call, placeholder in zip(op.call_ids, placeholders, strict=True):
                 healed_here[call] = (holder, placeholder)
     if not after:
-        return [*merged, *tail]
+        return [*merged, *tail], False
     out: list[BaseMessage] = []
     for index, message in enumerate(merged):
         out.append(message)
         out.extend(after.get(index, ()))
     out.extend(tail)
-    return out
+    return out, True
 
 
 def _block_end(messages: list[BaseMessage], turn: int) -> int:
