@@ -1,21 +1,27 @@
 """flowmem behind each framework integration vs the framework's own store.
 
-    python -m bench.integrations_bench [--lengths 100,10000] [--window 50]
+    python -m bench.integrations_bench [--lengths 100,10000] [--window 30] [--trials 3]
 
-For each length N the shared workload (bench/workload.py: re-fired results,
-interrupted calls, late results) is loaded to N messages, then the next
-``window`` messages are appended one per call and timed: µs per appended
-message. Sendability is that of the whole stored history afterwards (OpenAI
-Chat for LangChain/LangGraph via LangChain's own conversion, Responses items
-for the Agents SDK), counted by bench/sendability.py. Prints a markdown table.
+For each length N every contender is loaded with the first N messages of the
+shared workload (bench/workload.py: re-fired results, interrupted calls,
+late results), then the following messages are appended one per call, in
+``trials`` windows of ``window`` messages interleaved across the contenders
+of one framework: µs per appended message is the median window. Sendability
+is judged on what the framework would send at the next user turn: the
+stored history after appending up to and including the next user message
+(OpenAI Chat through LangChain's own conversion for LangChain and LangGraph,
+Responses items for the Agents SDK), checked by :func:`flowmem.formats.check`.
+Prints a markdown table.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,116 +29,126 @@ from typing import Any
 from langchain_core.messages import convert_to_messages, convert_to_openai_messages
 
 import flowmem
-from bench.sendability import count
-from bench.workload import conversation
-from flowmem.formats import from_openai_chat
+from bench.workload import conversation, rest_of_turn
+from flowmem.formats import check, from_openai_chat
 from flowmem.integrations.agents import FlowmemSession, entry_items
 from flowmem.integrations.langchain import FlowmemChatMessageHistory
 from flowmem.integrations.langgraph import add_messages as flowmem_reducer
 
 CTX = flowmem.ExecutionContext(user_id="bench")
+LOOP = asyncio.new_event_loop()
 
 
-def lc(messages: list[dict[str, Any]]) -> list[Any]:
-    return list(convert_to_messages(messages))
+class Contender:
+    """One store behind one framework interface: load, append one, read the history."""
+
+    def __init__(self, name: str, load: Callable[[list[Any]], None],
+                 append: Callable[[Any], None], sendable: Callable[[], bool]) -> None:
+        self.name, self.load, self.append, self.sendable = name, load, append, sendable
 
 
-def sendable_lc(messages: list[Any]) -> str:
-    found = count(convert_to_openai_messages(messages))
-    return "✅" if found.sendable else "✗"
+def langchain(tmp: Path, n: int) -> list[Contender]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from langchain_community.chat_message_histories import SQLChatMessageHistory
+    memory = flowmem.Memory.from_url(f"sqlite:///{tmp / f'lc{n}.db'}")
+    ours = FlowmemChatMessageHistory(memory, "user", "b", context=CTX)
+    theirs = SQLChatMessageHistory(session_id="b", connection=f"sqlite:///{tmp / f'sql{n}.db'}")
+
+    def ok(history: Any) -> Callable[[], bool]:
+        return lambda: not check(convert_to_openai_messages(history.messages), "openai")
+
+    return [Contender("LangChain: `FlowmemChatMessageHistory` (flowmem `sqlite://`)",
+                      ours.add_messages, lambda m: ours.add_messages([m]), ok(ours)),
+            Contender("LangChain: `SQLChatMessageHistory` (SQLite)", theirs.add_messages,
+                      lambda m: theirs.add_messages([m]), ok(theirs))]
+
+
+def langgraph(tmp: Path, n: int) -> list[Contender]:
+    from langgraph.graph.message import add_messages as langgraph_reducer
+
+    def make(name: str, reducer: Any) -> Contender:
+        box: list[Any] = [[]]
+
+        def append(messages: Any) -> None:
+            box[0] = reducer(box[0], messages)
+
+        return Contender(name, append, lambda m: append([m]),
+                         lambda: not check(convert_to_openai_messages(box[0]), "openai"))
+
+    return [make("LangGraph: flowmem `add_messages` (in memory)", flowmem_reducer),
+            make("LangGraph: `add_messages` (in memory)", langgraph_reducer)]
+
+
+def agents(tmp: Path, n: int) -> list[Contender]:
+    from agents import SQLiteSession
+    memory = flowmem.AsyncMemory.from_url(f"sqlite:///{tmp / f'ag{n}.db'}")
+    sessions = [("Agents SDK: `FlowmemSession` (flowmem `sqlite://`)", FlowmemSession("b", memory)),
+                ("Agents SDK: `SQLiteSession` (SQLite file)",
+                 SQLiteSession("b", str(tmp / f"sdk{n}.db")))]
+
+    def make(name: str, session: Any) -> Contender:
+        def load(items: list[Any]) -> None:
+            LOOP.run_until_complete(session.add_items(items))
+
+        return Contender(name, load, lambda item: load([item]), lambda: not check(
+            LOOP.run_until_complete(session.get_items()), "responses"))
+
+    return [make(name, session) for name, session in sessions]
 
 
 def items_of(messages: list[dict[str, Any]]) -> list[Any]:
+    """Workload messages as the Responses items the Agents SDK would store."""
     return [item for entry in from_openai_chat(messages) for item in entry_items(entry)]
 
 
-def sendable_items(items: list[Any]) -> str:
-    from flowmem.formats import check
-    return "✅" if not check(items, "responses") else "✗"
-
-
-def timed(append: Callable[[Any], None], window: list[Any]) -> float:
-    start = time.perf_counter()
-    for message in window:
-        append(message)
-    return (time.perf_counter() - start) / len(window) * 1e6
-
-
-def langchain_rows(n: int, window: int, tmp: Path) -> list[tuple[str, float, str]]:
-    from langchain_community.chat_message_histories import SQLChatMessageHistory
-    msgs = lc(conversation(n + window))
-    rows = []
-    with flowmem.Memory.from_url(f"sqlite:///{tmp / f'lc{n}.db'}") as memory:
-        ours = FlowmemChatMessageHistory(memory, "user", "b", context=CTX)
-        ours.add_messages(msgs[:n])
-        cost = timed(lambda m: ours.add_messages([m]), msgs[n:])
-        rows.append(("LangChain: FlowmemChatMessageHistory (sqlite)", cost,
-                     sendable_lc(ours.messages)))
-    theirs = SQLChatMessageHistory(session_id="b", connection=f"sqlite:///{tmp / f'sql{n}.db'}")
-    theirs.add_messages(msgs[:n])
-    cost = timed(lambda m: theirs.add_messages([m]), msgs[n:])
-    rows.append(("LangChain: SQLChatMessageHistory (sqlite)", cost, sendable_lc(theirs.messages)))
-    return rows
-
-
-def langgraph_rows(n: int, window: int) -> list[tuple[str, float, str]]:
-    from langgraph.graph.message import add_messages as langgraph_reducer
-    rows = []
-    for name, reducer in (("LangGraph: flowmem add_messages", flowmem_reducer),
-                          ("LangGraph: add_messages", langgraph_reducer)):
-        msgs = lc(conversation(n + window))
-        state = reducer([], msgs[:n])
-        box = [state]
-
-        def step(message: Any, reducer: Any = reducer, box: list[Any] = box) -> None:
-            box[0] = reducer(box[0], [message])
-
-        cost = timed(step, msgs[n:])
-        rows.append((name + " (in memory)", cost, sendable_lc(box[0])))
-    return rows
-
-
-def agents_rows(n: int, window: int, tmp: Path) -> list[tuple[str, float, str]]:
-    from agents import SQLiteSession
-    items = items_of(conversation(n + window))
-
-    async def go() -> list[tuple[str, float, str]]:
-        rows = []
-        memory = flowmem.AsyncMemory.from_url(f"sqlite:///{tmp / f'ag{n}.db'}")
-        for name, session in (("Agents SDK: FlowmemSession (sqlite)", FlowmemSession("b", memory)),
-                              ("Agents SDK: SQLiteSession (sqlite file)",
-                               SQLiteSession("b", str(tmp / f"sdk{n}.db")))):
-            await session.add_items(items[:n])
+def measure(contenders: list[Contender], messages: list[Any], n: int, window: int,
+            trials: int, turn_end: int) -> list[tuple[str, float, bool]]:
+    for contender in contenders:
+        contender.load(messages[:n])
+    costs: dict[str, list[float]] = {c.name: [] for c in contenders}
+    for trial in range(trials):
+        chunk = messages[n + trial * window:n + (trial + 1) * window]
+        for contender in contenders:
             start = time.perf_counter()
-            for item in items[n:]:
-                await session.add_items([item])
-            cost = (time.perf_counter() - start) / window * 1e6
-            rows.append((name, cost, sendable_items(await session.get_items())))
-        await memory.aclose()
-        return rows
-
-    return asyncio.run(go())
+            for message in chunk:
+                contender.append(message)
+            costs[contender.name].append((time.perf_counter() - start) / len(chunk) * 1e6)
+    rows = []
+    for contender in contenders:
+        contender.load(messages[n + trials * window:turn_end])
+        rows.append((contender.name, statistics.median(costs[contender.name]),
+                     contender.sendable()))
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--lengths", default="100,10000")
-    parser.add_argument("--window", type=int, default=50)
+    parser.add_argument("--window", type=int, default=30)
+    parser.add_argument("--trials", type=int, default=3)
     args = parser.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
-    table: dict[str, dict[int, tuple[float, str]]] = {}
+    table: dict[str, dict[int, tuple[float, bool]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in lengths:
-            rows = [*langchain_rows(n, args.window, Path(tmp)), *langgraph_rows(n, args.window),
-                    *agents_rows(n, args.window, Path(tmp))]
-            for name, cost, ok in rows:
-                table.setdefault(name, {})[n] = (cost, ok)
-    print("| store | " + " | ".join(f"µs/msg at {n:,}" for n in lengths)
-          + " | history sendable |")
+            chat = conversation(n + args.window * args.trials + 200)
+            turn_end = rest_of_turn(chat, n + args.window * args.trials) + 1
+            for make, convert in ((langchain, convert_to_messages),
+                                  (langgraph, convert_to_messages), (agents, items_of)):
+                messages = list(convert(chat))
+                end = turn_end if make is not agents else len(items_of(chat[:turn_end]))
+                start = len(items_of(chat[:n])) if make is agents else n
+                for name, cost, ok in measure(make(Path(tmp), n), messages, start,
+                                              args.window, args.trials, end):
+                    table.setdefault(name, {})[n] = (cost, ok)
+    print("| store | " + " | ".join(f"µs per message at {n:,}" for n in lengths)
+          + " | sendable at the next user turn |")
     print("|---|" + "---:|" * len(lengths) + "---|")
     for name, by_n in table.items():
         cells = " | ".join(f"{by_n[n][0]:,.0f}" for n in lengths)
-        print(f"| {name} | {cells} | {' / '.join(by_n[n][1] for n in lengths)} |")
+        marks = " / ".join("✅" if by_n[n][1] else "✗" for n in lengths)
+        print(f"| {name} | {cells} | {marks} |")
 
 
 if __name__ == "__main__":
