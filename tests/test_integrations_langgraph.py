@@ -133,3 +133,40 @@ def test_state_graph_with_tool_node_and_checkpointer() -> None:
         next(m.id for m in messages if isinstance(m, ToolMessage) and m.tool_call_id == "c2"))]
     assert healed.additional_kwargs == {"healed": True}
     assert openai_problems(messages) == []
+
+
+# -- the reducer agrees with flowmem's own buffer, update by update ------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+import flowmem  # noqa: E402
+from flowmem.integrations.langchain import to_entries  # noqa: E402
+
+IDS = st.sampled_from(["c1", "c2", "c3", "c4"])
+MESSAGE = st.one_of(
+    st.builds(lambda n: HumanMessage(f"u{n}"), st.integers(0, 9)),
+    st.builds(lambda ids, n: AIMessage(f"a{n}", tool_calls=[tool_call(i, "x") for i in ids]),
+              st.lists(IDS, max_size=3, unique=True), st.integers(0, 9)),
+    st.builds(lambda i, n: ToolMessage(f"r{n}", tool_call_id=i), IDS, st.integers(0, 9)),
+)
+
+
+def shape(entries: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return [(m["role"], m["content"], m["metadata"].get("tool_call_id"),
+             tuple(c["id"] for c in m["metadata"].get("tool_calls") or ()),
+             bool(m["metadata"].get("healed"))) for m in entries]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(MESSAGE, min_size=1, max_size=4), max_size=8), st.booleans())
+def test_reducer_matches_the_buffer(updates: list[list[Any]], restored: bool) -> None:
+    """MEM-1/2/3/10 exactly as ConversationBuffer applies them; ``restored``: every
+    update starts from a copy of the state (as after a checkpoint), so no kept index."""
+    state: list[Any] = []
+    buffer = flowmem.ConversationBuffer()
+    for update in updates:
+        state = add_messages(list(state) if restored else state,
+                             [m.model_copy() for m in update])
+        buffer.append(to_entries(update))
+    assert shape(to_entries(state)) == shape(buffer.messages)

@@ -277,12 +277,16 @@ def _apply(merged: list[BaseMessage], ops: Any, source: dict[int, BaseMessage],
         elif isinstance(op, HealTurn):
             placeholders = [_placeholder(call) for call in op.call_ids]
             if isinstance(op.turn, NewTurn):
-                turn = added[op.turn.ordinal]
-                spot = _block_end(tail, next(i for i, m in enumerate(tail) if m is turn))
+                new_turn = added[op.turn.ordinal]
+                turn, end = next(i for i, m in enumerate(tail) if m is new_turn), None
+            else:  # a stored turn whose block reaches the end goes on in the added messages
+                turn, end = -1, _block_end(merged, op.turn)
+            if end is None or end == len(merged):
+                spot = _block_end(tail, turn)
                 tail[spot:spot] = placeholders
                 holder = tail
             else:
-                holder = after.setdefault(_block_end(merged, op.turn) - 1, [])
+                holder = after.setdefault(end - 1, [])
                 holder.extend(placeholders)
             for call, placeholder in zip(op.call_ids, placeholders, strict=True):
                 healed_here[call] = (holder, placeholder)
