@@ -163,13 +163,20 @@ class FlowmemSession:
                                                  context=self.context, last=1)
                 if not page.messages:
                     return None
-                entry, position = page.messages[0], page.positions[0]
-                items = entry_items(entry)
-                rest = _without_last_item(entry) if len(items) > 1 else None
-                await self.memory.edit(self.scope, self.session_id, position, rest,
-                                       context=self.context)
-                if items:
+                items = entry_items(page.messages[0])
+                if len(items) > 1:  # the newest turn holds several items: keep the others
+                    await self.memory.edit(self.scope, self.session_id, page.positions[0],
+                                           _without_last_item(page.messages[0]),
+                                           context=self.context)
                     last: Any = items[-1]
+                    return last  # type: ignore[no-any-return]
+                popped = await self.memory.pop(self.scope, self.session_id,
+                                               context=self.context)
+                if popped is None:
+                    return None
+                items = entry_items(popped)
+                if items:  # an entry holding no item (none is added so) is skipped
+                    last = items[-1]
                     return last  # type: ignore[no-any-return]
 
     async def clear_session(self) -> None:
