@@ -1,10 +1,14 @@
 """OpenAI Agents SDK: FlowmemSession (issue #13).
 
 Mirrored from the SDK's own ``SQLiteSession`` tests (``tests/test_session.py``):
-a second run sees the first (memory across runs), sessions kept apart,
-direct add/get/pop/clear, ``pop_item`` on an empty session is ``None``,
-``get_items(limit)`` returns the latest items in order (0 -> none, more than
-stored -> all), ``session_settings.limit`` as the default. Then several
+memory across runs (the second turn's input holds the first), different
+sessions apart, the session used directly (add, get, clear), ``pop_item``
+(empty -> ``None``, newest first, only its own session), ``get_items`` with
+a limit (latest in order, more than stored -> all, 0 -> none), and
+``session_settings.limit`` as the default (SDK session settings tests).
+Not mirrored: ``run_sync``/``run_streamed`` variants (the fake model here
+does not stream) and the list-input-with-session refusal (the SDK's, not the
+session's). Then several
 ``Runner.run`` turns over a fake ``Model`` with a function tool.
 """
 
@@ -123,6 +127,26 @@ def test_sessions_kept_apart_and_settings_limit(memory: Any) -> None:
         assert await one.get_items() == [user("b")]
         assert await one.get_items(limit=2) == [user("a"), user("b")]
         assert await two.get_items() == [user("c")]
+        await memory.aclose()
+
+    run(go())
+
+
+def test_runs_remember_and_sessions_stay_apart(memory: Any) -> None:
+    model = ScriptedModel([[say("I like cats")], [say("I like dogs")], [say("You said cats")]])
+    agent = Agent(name="plain", model=model)
+
+    async def go() -> None:
+        one, two = FlowmemSession("one", memory), FlowmemSession("two", memory)
+        await Runner.run(agent, "I like cats", session=one)
+        await Runner.run(agent, "I like dogs", session=two)
+        result = await Runner.run(agent, "What did I say?", session=one)
+        assert result.final_output == "You said cats"
+        assert [i.get("content") for i in model.seen[-1] if i.get("role") == "user"] == \
+            ["I like cats", "What did I say?"]  # the history, and not the other session's
+        await two.add_items([user("two again")])
+        assert await two.pop_item() == user("two again")
+        assert len(await one.get_items()) == 4 and len(await two.get_items()) == 2
         await memory.aclose()
 
     run(go())

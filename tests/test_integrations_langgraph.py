@@ -1,10 +1,12 @@
 """LangGraph: flowmem's add_messages reducer (issue #13).
 
-Mirrored from LangGraph's own ``add_messages`` tests (``tests/test_messages.py``):
-append, replace by id, ids assigned, RemoveMessage, removing an unknown id
-raises, REMOVE_ALL_MESSAGES, dicts/tuples coerced, a single message,
-``format="langchain-openai"``, the partial form. Then the GR-MEM rules, and a
-``StateGraph`` with a tool node and an ``InMemorySaver`` checkpointer.
+Mirrored from LangGraph's own ``add_messages`` tests (``tests/test_messages.py``),
+each run against LangGraph's reducer too: add one and several, update an
+existing id, missing ids assigned, remove, removing an unknown id raises,
+mixed operations, empty inputs, non-list inputs, delete all,
+REMOVE_ALL_MESSAGES, dicts/tuples coerced, ``format="langchain-openai"``.
+Then the GR-MEM rules, and a ``StateGraph`` with a tool node and an
+``InMemorySaver`` checkpointer.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from langchain_core.messages import (
     AnyMessage,
     HumanMessage,
     RemoveMessage,
+    SystemMessage,
     ToolMessage,
 )
 from langchain_core.tools import tool
@@ -56,6 +59,18 @@ def test_langgraph_semantics(reducer: Any) -> None:
     assert formatted[0].content == "x"
     with pytest.raises(ValueError):
         reducer([], [], format="nope")
+
+
+@pytest.mark.parametrize("reducer", [add_messages, langgraph_add_messages])
+def test_langgraph_semantics_mixed_empty_single_delete_all(reducer: Any) -> None:
+    both = [HumanMessage("a", id="1"), AIMessage("b", id="2")]
+    assert reducer(both, [HumanMessage("a2", id="1"), RemoveMessage(id="2"),
+                          SystemMessage("c", id="3")]) == [HumanMessage("a2", id="1"),
+                                                           SystemMessage("c", id="3")]
+    assert reducer([], []) == []
+    assert reducer(both, []) == both
+    assert reducer(HumanMessage("a", id="1"), AIMessage("b", id="2")) == both
+    assert reducer(both, [RemoveMessage(id="1"), RemoveMessage(id="2")]) == []
 
 
 # -- the GR-MEM rules -----------------------------------------------------------
