@@ -204,3 +204,21 @@ def test_runner_turns_refire_and_heal(memory: Any) -> None:
     assert outputs == ["c1", "c2", "c3"]  # c1 once; c3 healed (MEM-3)
     assert any(i.get("type") == "reasoning" for i in history)  # reasoning kept
     assert check(history, "responses") == []
+
+
+def test_items_round_trip_exactly(memory: Any) -> None:
+    items = [user("hi"), {"role": "developer", "content": "be brief"},
+             {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "xyz"},
+             {"type": "custom_tool_call", "call_id": "k1", "name": "grammar", "input": "abc"},
+             {"type": "custom_tool_call_output", "call_id": "k1", "output": "ok"},
+             call("c1", "Paris").model_dump(exclude_unset=True),
+             {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+             say("Done.").model_dump(exclude_unset=True)]
+
+    async def go() -> None:
+        session = FlowmemSession("rt", memory)
+        await session.add_items(items)
+        assert await session.get_items() == items
+        await memory.aclose()
+
+    run(go())

@@ -63,23 +63,29 @@ def _plain(item: Any) -> Any:
     return dump(exclude_unset=True, mode="json") if callable(dump) else item
 
 
-def entry_items(entry: Message) -> list[dict[str, Any]]:
+def entry_items(entry: Message, customs: set[str] | None = None) -> list[dict[str, Any]]:
     """The Responses items ONE stored entry holds, as stored (no MEM-5 repair).
 
     A ``tool`` entry is rendered behind a stand-in of its call (a lone result
-    would be an orphan), and an assistant entry's calls are not answered.
+    would be an orphan): a ``custom_tool_call_output`` when ``customs`` holds
+    its id, which this function fills from the assistant entries it renders.
+    An assistant entry's calls are not answered.
     """
     if entry.get("role") == "tool":
         found = result_id(entry)
         if found is None:
             return []
-        stand_in = {"role": "assistant", "content": None, "metadata": {"tool_calls": [
-            {"id": found, "type": "function", "function": {"name": "_", "arguments": ""}}]}}
+        kind = "custom" if customs is not None and found in customs else "function"
+        body = {"name": "_", "input": ""} if kind == "custom" else {"name": "_", "arguments": ""}
+        stand_in = {"role": "assistant", "content": None,
+                    "metadata": {"tool_calls": [{"id": found, "type": kind, kind: body}]}}
         return list(render_responses([stand_in, entry]).output[1:])
     items = render_responses([entry]).output
-    if entry.get("role") == "assistant":
-        return [item for item in items if item.get("type") not in _OUTPUTS]
-    return list(items)
+    if entry.get("role") != "assistant":
+        return list(items)
+    if customs is not None:
+        customs.update(i["call_id"] for i in items if i.get("type") == "custom_tool_call")
+    return [item for item in items if item.get("type") not in _OUTPUTS]
 
 
 def _without_last_item(entry: Message) -> Message | None:
@@ -143,7 +149,9 @@ class FlowmemSession:
             return []
         page = await self.memory.history(self.scope, self.session_id, context=self.context,
                                          last=limit)
-        items: list[Any] = [item for entry in page.messages for item in entry_items(entry)]
+        customs: set[str] = set()
+        items: list[Any] = [item for entry in page.messages
+                            for item in entry_items(entry, customs)]
         return items if limit is None else items[-limit:]
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
