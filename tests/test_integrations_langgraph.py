@@ -185,3 +185,15 @@ def test_reducer_matches_the_buffer(updates: list[list[Any]], restored: bool) ->
                              [m.model_copy() for m in update])
         buffer.append(to_entries(update))
     assert shape(to_entries(state)) == shape(buffer.messages)
+
+
+def test_messages_state_uses_the_flowmem_reducer() -> None:
+    from flowmem.integrations.langgraph import MessagesState
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("tool", lambda state: {"messages": [
+        ToolMessage("r", tool_call_id="c1"), ToolMessage("r again", tool_call_id="c1")]})
+    builder.add_edge(START, "tool")
+    out = builder.compile().invoke({"messages": [
+        HumanMessage("q"), AIMessage("", tool_calls=[tool_call("c1", "P")])]})
+    assert [m.type for m in out["messages"]] == ["human", "ai", "tool"]

@@ -43,13 +43,16 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Final
+from typing import Annotated, Any, Final
+
+from typing_extensions import TypedDict
 
 from ..errors import MissingDependency
 
 try:
     from langchain_core.messages import (
         AIMessage,
+        AnyMessage,
         BaseMessage,
         BaseMessageChunk,
         ChatMessage,
@@ -79,7 +82,7 @@ from ..plan import (
 )
 from .langchain import from_entry
 
-__all__ = ["REMOVE_ALL_MESSAGES", "add_messages"]
+__all__ = ["REMOVE_ALL_MESSAGES", "MessagesState", "add_messages"]
 
 _FORMATS: Final = ("langchain-openai",)
 
@@ -98,6 +101,12 @@ def add_messages(left: Any = None, right: Any = None, *,
         raise ValueError("Must specify non-null arguments for both 'left' and 'right'. "
                          f"Only received: '{'left' if left is not None else 'right'}'.")
     return _merge(left, right, format=format)
+
+
+class MessagesState(TypedDict):
+    """A drop-in for ``langgraph.graph.MessagesState`` with flowmem's reducer."""
+
+    messages: Annotated[list[AnyMessage], add_messages]
 
 
 def _coerce(messages: Any) -> list[BaseMessage]:
