@@ -1,6 +1,7 @@
 """flowmem behind each framework integration vs the framework's own store.
 
     python -m bench.integrations_bench [--lengths 100,10000] [--window 30] [--trials 3]
+                                       [--only langchain,langgraph,agents]
 
 For each length N every contender is loaded with the first N messages of the
 shared workload (bench/workload.py: re-fired results, interrupted calls,
@@ -127,15 +128,19 @@ def main() -> None:
     parser.add_argument("--lengths", default="100,10000")
     parser.add_argument("--window", type=int, default=30)
     parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--only", default="langchain,langgraph,agents",
+                        help="frameworks to measure, comma-separated")
     args = parser.parse_args()
+    frameworks = {"langchain": langchain, "langgraph": langgraph, "agents": agents}
+    chosen = [frameworks[name] for name in args.only.split(",")]
     lengths = [int(x) for x in args.lengths.split(",")]
     table: dict[str, dict[int, tuple[float, bool]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in lengths:
             chat = conversation(n + args.window * args.trials + 200)
             turn_end = rest_of_turn(chat, n + args.window * args.trials) + 1
-            for make, convert in ((langchain, convert_to_messages),
-                                  (langgraph, convert_to_messages), (agents, items_of)):
+            for make in chosen:
+                convert = items_of if make is agents else convert_to_messages
                 messages = list(convert(chat))
                 end = turn_end if make is not agents else len(items_of(chat[:turn_end]))
                 start = len(items_of(chat[:n])) if make is agents else n

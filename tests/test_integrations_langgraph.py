@@ -197,3 +197,14 @@ def test_messages_state_uses_the_flowmem_reducer() -> None:
     out = builder.compile().invoke({"messages": [
         HumanMessage("q"), AIMessage("", tool_calls=[tool_call("c1", "P")])]})
     assert [m.type for m in out["messages"]] == ["human", "ai", "tool"]
+
+
+def test_one_state_reduced_twice() -> None:
+    """A state reduced again (a branch) after its index moved on is derived anew."""
+    base = add_messages([], [HumanMessage("q"), AIMessage("", tool_calls=[tool_call("c1", "P")])])
+    first = add_messages(base, [ToolMessage("r", tool_call_id="c1")])
+    second = add_messages(base, [HumanMessage("moved on")])
+    assert [m.type for m in first] == ["human", "ai", "tool"]
+    assert [m.type for m in second] == ["human", "ai", "tool", "human"]
+    assert second[2].additional_kwargs == {"healed": True}
+    assert add_messages(first, [ToolMessage("again", tool_call_id="c1")]) == first

@@ -25,13 +25,14 @@ the state are appended by tool call id with the buffer rules of
   right after its turn's block of results;
 - MEM-10: a real result for a healed call replaces its placeholder in place.
 
-Cost: LangGraph's own reducer copies the state and indexes its ids on every
-update; this one does the same, plus the rules for what the update adds:
-the pairing indexes of a state it returned are kept (for the last 64
-states) and extended, and derived again only after a heal inside the
-state, a replacement or a removal, or for a state it has not seen (one
-restored from a checkpoint). After ``RemoveMessage(
-id=REMOVE_ALL_MESSAGES)`` the remaining messages are merged into an empty
+Cost: LangGraph's own reducer copies the state and indexes all its ids on
+every update. This one keeps the ids and pairing indexes of the states it
+returned (the last 64) and grows them by what each update appends, so past
+a copy of the state an update costs what it adds; they are derived again
+(one pass, as LangGraph's) only after a heal inside the state, a
+replacement or a removal, or for a state it has not seen (restored from a
+checkpoint, or reduced a second time). After ``RemoveMessage(id=
+REMOVE_ALL_MESSAGES)`` the remaining messages are merged into an empty
 state, so the same rules apply to them.
 
 Requires ``pip install 'flowmem[langgraph]'``.
@@ -122,9 +123,13 @@ def _merge(left: Any, right: Any, *, format: str | None = None) -> list[BaseMess
     if format is not None and format not in _FORMATS:
         raise ValueError(f"Unrecognized {format=}. Expected one of 'langchain-openai', None.")
     state, incoming = _coerce(left), _coerce(right)
-    for message in state:
-        if message.id is None:
-            message.id = str(uuid.uuid4())
+    known = _CACHE.get(id(state))
+    if known is not None and (known.state is not state or len(state) != known.length):
+        known = None
+    if known is None:  # a state this reducer returned has every id already
+        for message in state:
+            if message.id is None:
+                message.id = str(uuid.uuid4())
     cut = None
     for index, message in enumerate(incoming):
         if message.id is None:
@@ -132,10 +137,9 @@ def _merge(left: Any, right: Any, *, format: str | None = None) -> list[BaseMess
         if isinstance(message, RemoveMessage) and message.id == REMOVE_ALL_MESSAGES:
             cut = index
     if cut is not None:
-        state, incoming = [], incoming[cut + 1:]
-    merged, new, changed = _by_id(state, incoming)
-    known = None if changed else _CACHE.get(id(state))
-    if known is not None and (known.state is not state or len(state) != known.length):
+        state, incoming, known = [], incoming[cut + 1:], None
+    merged, new, changed = _by_id(state, incoming, None if known is None else known.ids)
+    if changed:
         known = None
     merged = _with_rules(merged, new, known)
     if format == "langchain-openai":
@@ -144,14 +148,17 @@ def _merge(left: Any, right: Any, *, format: str | None = None) -> list[BaseMess
 
 
 def _by_id(state: list[BaseMessage], incoming: list[BaseMessage],
+           at: dict[str | None, int] | None = None,
            ) -> tuple[list[BaseMessage], list[BaseMessage], bool]:
     """LangGraph's id semantics: replacements and removals.
 
-    Returns the state after them, the messages new to it, and whether the
-    state itself changed.
+    ``at`` maps the state's ids to their positions (kept from a previous
+    update, or derived here). Returns the state after them, the messages new
+    to it, and whether the state itself changed.
     """
     merged = state.copy()
-    at = {m.id: i for i, m in enumerate(merged)}
+    if at is None:
+        at = {m.id: i for i, m in enumerate(merged)}
     new: dict[str | None, BaseMessage] = {}
     removed: set[str | None] = set()
     changed = False
@@ -205,33 +212,44 @@ def _placeholder(call_id: str) -> BaseMessage:
 
 
 class _Index:
-    """The pairing indexes of a state this reducer returned (positions in it).
+    """The ids and pairing indexes of a state this reducer returned (positions in it).
 
-    Derived once by :func:`flowmem.entries.derive_indexes` and extended by
-    the messages each update appends, so an update costs what it adds; a
-    heal inside the state, a replacement or a removal derives them again.
+    Derived once by :func:`flowmem.entries.derive_indexes` and then grown by
+    the messages each update appends (the index moves to the new state; the
+    old state, reduced again, is derived anew), so an update costs what it
+    adds; a heal inside the state, a replacement or a removal derives it again.
     """
 
-    __slots__ = ("calls", "length", "pending", "results", "state")
+    __slots__ = ("calls", "ids", "length", "pending", "results", "state")
 
-    def __init__(self, state: list[BaseMessage], start: int = 0,
-                 base: _Index | None = None) -> None:
-        found = derive_indexes((i, view) for i, view in
-                               ((i, _pairing(state[i])) for i in range(start, len(state)))
-                               if view)
+    def __init__(self, state: list[BaseMessage]) -> None:
+        found = _derive(state, 0)
         self.state, self.length = state, len(state)
-        if base is None:
-            self.results, self.calls = found.results, found.calls
-            self.pending = {p.call_id: p for p in found.pending}
-            return
-        self.results = {**base.results, **{c: [*base.results.get(c, ()), *spots]
-                                           for c, spots in found.results.items()}}
-        self.calls = {**base.calls, **{c: [*base.calls.get(c, ()), *turns]
-                                       for c, turns in found.calls.items()}}
-        self.pending = {c: p for c, p in base.pending.items() if c not in found.results}
-        for p in found.pending:
-            if p.call_id not in base.results:
-                self.pending.setdefault(p.call_id, p)
+        self.ids = {m.id: i for i, m in enumerate(state)}
+        self.results, self.calls = found.results, found.calls
+        self.pending = {p.call_id: p for p in found.pending}
+
+    def grown(self, state: list[BaseMessage], start: int) -> _Index:
+        """This index moved to ``state``, whose first ``start`` messages it describes."""
+        _CACHE.pop(id(self.state), None)
+        found = _derive(state, start)
+        for i in range(start, len(state)):
+            self.ids[state[i].id] = i
+        for call, spots in found.results.items():
+            self.results.setdefault(call, []).extend(spots)
+            self.pending.pop(call, None)
+        for call, turns in found.calls.items():
+            self.calls.setdefault(call, []).extend(turns)
+        for pending in found.pending:
+            if pending.call_id not in self.results:
+                self.pending.setdefault(pending.call_id, pending)
+        self.state, self.length = state, len(state)
+        return self
+
+
+def _derive(state: list[BaseMessage], start: int) -> Any:
+    return derive_indexes((i, view) for i, view in
+                          ((i, _pairing(state[i])) for i in range(start, len(state))) if view)
 
 
 _CACHE: OrderedDict[int, _Index] = OrderedDict()
@@ -252,7 +270,7 @@ def _with_rules(merged: list[BaseMessage], new: list[BaseMessage],
     """Append ``new`` to ``merged`` as :func:`flowmem.plan.plan_append` decides."""
     indexes = known if known is not None else _Index(merged)
     if not new:
-        return _remember(indexes) if known is None else merged
+        return _remember(indexes if known is None else known.grown(merged, len(merged)))
     views = [_pairing(m) or _role_only(m) for m in new]
     source = {id(view): message for view, message in zip(views, new, strict=True)}
     mentioned = mentioned_ids(views)
@@ -261,8 +279,9 @@ def _with_rules(merged: list[BaseMessage], new: list[BaseMessage],
                  for call in mentioned if call in indexes.results},
         declared={call for call in mentioned if call in indexes.calls},
         pending=list(indexes.pending.values()) if needs_pending(views) else ()), views)
+    stored = len(merged)
     out, inside = _apply(merged, plan.ops, source, indexes.results)
-    return _remember(_Index(out) if inside else _Index(out, len(merged), indexes))
+    return _remember(_Index(out) if inside else indexes.grown(out, stored))
 
 
 def _apply(merged: list[BaseMessage], ops: Any, source: dict[int, BaseMessage],
@@ -300,7 +319,8 @@ def _apply(merged: list[BaseMessage], ops: Any, source: dict[int, BaseMessage],
             for call, placeholder in zip(op.call_ids, placeholders, strict=True):
                 healed_here[call] = (holder, placeholder)
     if not after:
-        return [*merged, *tail], False
+        merged.extend(tail)  # ``merged`` is this update's own copy of the state
+        return merged, False
     out: list[BaseMessage] = []
     for index, message in enumerate(merged):
         out.append(message)
