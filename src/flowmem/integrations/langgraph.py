@@ -40,6 +40,7 @@ Requires ``pip install 'flowmem[langgraph]'``.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -123,9 +124,7 @@ def _merge(left: Any, right: Any, *, format: str | None = None) -> list[BaseMess
     if format is not None and format not in _FORMATS:
         raise ValueError(f"Unrecognized {format=}. Expected one of 'langchain-openai', None.")
     state, incoming = _coerce(left), _coerce(right)
-    known = _CACHE.get(id(state))
-    if known is not None and (known.state is not state or len(state) != known.length):
-        known = None
+    known = _take(state)
     if known is None:  # a state this reducer returned has every id already
         for message in state:
             if message.id is None:
@@ -231,7 +230,6 @@ class _Index:
 
     def grown(self, state: list[BaseMessage], start: int) -> _Index:
         """This index moved to ``state``, whose first ``start`` messages it describes."""
-        _CACHE.pop(id(self.state), None)
         found = _derive(state, start)
         for i in range(start, len(state)):
             self.ids[state[i].id] = i
@@ -255,13 +253,23 @@ def _derive(state: list[BaseMessage], start: int) -> Any:
 _CACHE: OrderedDict[int, _Index] = OrderedDict()
 _CACHE_SIZE: Final = 64
 """States whose indexes are kept (threads reduced at once); the oldest is dropped."""
+_CACHE_LOCK: Final = threading.Lock()
+
+
+def _take(state: list[BaseMessage]) -> _Index | None:
+    """The kept index of ``state``, taken out (one update owns it), or ``None``."""
+    with _CACHE_LOCK:
+        index = _CACHE.pop(id(state), None)
+    if index is None or index.state is not state or index.length != len(state):
+        return None
+    return index
 
 
 def _remember(index: _Index) -> list[BaseMessage]:
-    _CACHE[id(index.state)] = index
-    _CACHE.move_to_end(id(index.state))
-    while len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
+    with _CACHE_LOCK:
+        _CACHE[id(index.state)] = index
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
     return index.state
 
 
