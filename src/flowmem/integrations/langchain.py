@@ -6,7 +6,8 @@ flowmem append with the GR-MEM rules: a re-fired ``ToolMessage`` is stored
 once (MEM-1), a re-sent ``AIMessage`` whose every tool call is already
 declared is dropped (MEM-2), an interrupted call is healed before the next
 ``HumanMessage`` (MEM-3) and its late result replaces the placeholder in
-place (MEM-10).
+place (MEM-10). :data:`sendable` (``prompt | sendable | model``) gives the
+model MEM-5's structural repairs of what it is about to receive.
 
 The mapping (:func:`to_entry` / :func:`from_entry`) is lossless both ways
 for what LangChain's own serialization (``message_to_dict``) carries:
