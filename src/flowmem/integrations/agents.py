@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ..errors import MessageTypeError, MissingDependency
 
 try:
-    from agents.memory import SessionSettings
+    import agents.memory as _sdk_memory
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("openai-agents", "agents") from exc
 
@@ -51,6 +51,9 @@ from ..scopes import ExecutionContext
 
 if TYPE_CHECKING:
     from agents.items import TResponseInputItem
+
+_SessionSettings: Any = getattr(_sdk_memory, "SessionSettings", None)
+"""The SDK's ``SessionSettings`` (``None`` on an SDK that predates it)."""
 
 __all__ = ["FlowmemSession", "entry_items"]
 
@@ -120,13 +123,14 @@ class FlowmemSession:
     session, so each SDK session is its own flowmem session; with
     ``scope="user"`` and a context naming the user, a user's sessions live
     under that user (refused without one, MEM-6/7). ``max_messages`` windows
-    the buffer; ``session_settings`` (``SessionSettings`` or a dict) gives the
-    default ``limit`` of :meth:`get_items`, as the SDK's own sessions do.
+    the buffer; ``session_settings`` (the SDK's ``SessionSettings`` or a
+    dict, kept as given on an SDK that predates it) gives the default
+    ``limit`` of :meth:`get_items`, as the SDK's own sessions do.
     """
 
     def __init__(self, session_id: str, memory: AsyncMemory, *, scope: str = "session",
                  context: ExecutionContext | None = None, max_messages: int | None = None,
-                 session_settings: SessionSettings | Mapping[str, Any] | None = None) -> None:
+                 session_settings: Any = None) -> None:
         if not isinstance(memory, AsyncMemory):
             raise MessageTypeError(f"memory must be a flowmem AsyncMemory, "
                                    f"got {type(memory).__name__}")
@@ -136,15 +140,16 @@ class FlowmemSession:
         self.context = context if context is not None else ExecutionContext(
             session_id=session_id)
         self.max_messages = max_messages
-        self.session_settings: SessionSettings | None = (
-            SessionSettings(**session_settings) if isinstance(session_settings, Mapping)
-            else session_settings)
+        if isinstance(session_settings, Mapping) and _SessionSettings is not None:
+            session_settings = _SessionSettings(**session_settings)
+        self.session_settings: Any = session_settings
         self._lock = asyncio.Lock()
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The latest ``limit`` items (all: ``None``) as added, oldest first (module doc)."""
         if limit is None and self.session_settings is not None:
-            limit = self.session_settings.limit
+            settings = self.session_settings
+            limit = settings.get("limit") if isinstance(settings, Mapping) else settings.limit
         if limit is not None and limit <= 0:
             return []
         page = await self.memory.history(self.scope, self.session_id, context=self.context,
