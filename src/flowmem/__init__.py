@@ -37,6 +37,7 @@ from .errors import (
     StoreError,
     StoreReadOnly,
     StoreUnavailable,
+    SyncCallOnAsyncMemory,
     UnknownScope,
 )
 from .ids import usable_id
@@ -99,6 +100,7 @@ __all__ = [
     "StoreError",
     "StoreReadOnly",
     "StoreUnavailable",
+    "SyncCallOnAsyncMemory",
     "UnknownScope",
     "WriteResult",
     "__version__",

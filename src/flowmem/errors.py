@@ -17,6 +17,8 @@ they are mapped to :class:`StoreError` subclasses at the store boundary.
     │   ├── InvalidStoreURL         a store URL flowmem cannot open
     │   └── KeyConflict             a key that holds the other kind of data
     ├── ScopeRefused                an identity scope without an identity (MEM-6, MEM-13)
+    ├── MessagesNotLoaded (RuntimeError)       an AsyncMemory append's buffer, not yet read
+    ├── SyncCallOnAsyncMemory (RuntimeError)   a blocking call on an AsyncMemory integration
     └── StoreError                  the storage backend failed
         ├── StoreUnavailable        cannot connect / connection lost
         ├── StoreBusy               the database stayed locked past its timeout
@@ -44,6 +46,7 @@ __all__ = [
     "StoreError",
     "StoreReadOnly",
     "StoreUnavailable",
+    "SyncCallOnAsyncMemory",
     "UnknownScope",
 ]
 
@@ -120,6 +123,15 @@ class MessagesNotLoaded(FlowmemError, RuntimeError):
 
     Reading the buffer is I/O, which a property cannot await: use
     ``await result.load_messages()`` (or ``await memory.history(...)``).
+    """
+
+
+class SyncCallOnAsyncMemory(FlowmemError, RuntimeError):
+    """A blocking method of an integration built over an :class:`~flowmem.AsyncMemory`.
+
+    An asyncio store is bound to its event loop, so a blocking call cannot
+    run it: use the integration's async methods (``aget_messages``, ...) or
+    build it over a :class:`~flowmem.Memory`.
     """
 
 

@@ -1,0 +1,48 @@
+"""docs/integrations.md: every example runs; importing flowmem imports no framework."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "integrations.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+
+
+def test_one_example_per_framework() -> None:
+    assert len(BLOCKS) == 3
+
+
+@pytest.mark.parametrize("index", range(len(BLOCKS)))
+def test_example_runs(index: int, tmp_path: Any, monkeypatch: Any) -> None:
+    pytest.importorskip("langgraph")
+    pytest.importorskip("agents")
+    monkeypatch.chdir(tmp_path)
+    code = compile(BLOCKS[index], f"{DOC.name}[{index}]", "exec", dont_inherit=True)
+    exec(code, {"__name__": "__docs__"})
+
+
+def test_importing_flowmem_imports_no_framework() -> None:
+    code = ("import sys, flowmem, flowmem.formats, flowmem.integrations\n"
+            "bad = [m for m in ('langchain_core', 'langgraph', 'agents', 'langchain')"
+            " if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_missing_framework_names_the_extra() -> None:
+    code = ("import sys\n"
+            "sys.modules['agents'] = None\n"
+            "import flowmem\n"
+            "try:\n"
+            "    import flowmem.integrations.agents\n"
+            "except flowmem.MissingDependency as exc:\n"
+            "    assert exc.extra == 'agents', exc\n"
+            "else:\n"
+            "    raise SystemExit('no MissingDependency')\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
