@@ -200,23 +200,32 @@ def begin_statement(schema_ident: str, read_only: bool, lock: tuple[int, float] 
     had. The statement timeout is set after the lock wait, which
     ``lock_timeout`` bounds (else it would cut a long MEM-12 wait short).
     """
+    if lock is None:
+        return _begin_parts(schema_ident, read_only, None, statement_timeout)[0]
+    head, tail = _begin_parts(schema_ident, read_only, lock[1], statement_timeout)
+    return f"{head}'{lock[0]}'::bigint{tail}"
+
+
+@lru_cache(maxsize=256)
+def _begin_parts(schema_ident: str, read_only: bool, timeout: float | None,
+                 statement_timeout: float) -> tuple[str, str]:
+    """:func:`begin_statement` around the lock id (the rest is the same for every key)."""
     mode = "REPEATABLE READ READ ONLY" if read_only else "READ COMMITTED"
     head = f"BEGIN ISOLATION LEVEL {mode}; SET LOCAL search_path TO {schema_ident}"
     statement = f"SET LOCAL statement_timeout = {_statement_ms(statement_timeout)}"
-    if lock is None:
-        return f"{head}; {statement}"
-    lock_id, timeout = lock
-    literal = f"'{lock_id}'::bigint"
+    if timeout is None:
+        return f"{head}; {statement}", ""
     grace = _timeout_ms(ROW_LOCK_GRACE)
     if timeout <= 0:
         return (f"{head}; {statement}; SET LOCAL lock_timeout = {grace}; "
-                f"SELECT pg_try_advisory_xact_lock({literal})")
+                f"SELECT pg_try_advisory_xact_lock(", ")")
     wait = _timeout_ms(timeout)
     # statement_timestamp() is when this round trip reached the server
     left = (f"greatest({grace}, {wait} - (extract(epoch FROM clock_timestamp() "
             f"- statement_timestamp()) * 1000)::bigint)::text")
     return (f"{head}; SET LOCAL lock_timeout = {wait}; SAVEPOINT {SAVEPOINT}; "
-            f"SELECT pg_advisory_xact_lock({literal}), set_config('lock_timeout', {left}, true), "
+            f"SELECT pg_advisory_xact_lock(",
+            f"), set_config('lock_timeout', {left}, true), "
             f"set_config('statement_timeout', '{_statement_ms(statement_timeout)}', true)")
 
 
