@@ -339,3 +339,87 @@ def test_restart_under_writers_loses_no_acknowledged_append(
     finally:
         stop.set()
         memory.close()
+
+
+# -- the defaults and their URL overrides ---------------------------------------------------------
+@pytest.mark.parametrize("face", FACES)
+def test_tcp_keepalives_and_user_timeout_are_set_on_pooled_connections(
+        shared: tuple[str, str], face: str) -> None:
+    """libpq parameters flowmem adds unless the URL gives them, seen on the real socket."""
+    import socket
+
+    url, _ = shared
+    overridden = with_options(url, keepalives_idle=7, connect_timeout=4)
+    loop = LoopThread() if face == "asyncio" else None
+    if loop is None:
+        from flowmem.stores import open_store
+
+        store: Any = open_store(overridden)
+    else:
+        from flowmem.stores import open_async_store
+
+        store = open_async_store(overridden)
+        loop.run(store.read(StorageKey("session", "s", "opened")))
+
+    def options(conn: Any) -> tuple[dict[str, str], int, int, int]:
+        info = {o.keyword.decode(): (o.val or b"").decode() for o in conn.pgconn.info}
+        sock = socket.socket(fileno=conn.pgconn.socket)
+        try:
+            return (info, sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                    sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+                    sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT))
+        finally:
+            sock.detach()
+
+    async def async_options() -> tuple[dict[str, str], int, int, int]:
+        async with store._pool.connection() as conn:
+            return options(conn)
+
+    try:
+        if loop is None:
+            with store._pool.connection() as conn:
+                info, keepalive, idle, user_timeout = options(conn)
+        else:
+            info, keepalive, idle, user_timeout = loop.run(async_options())
+        assert (info["connect_timeout"], info["keepalives"], info["keepalives_idle"],
+                info["keepalives_interval"], info["keepalives_count"],
+                info["tcp_user_timeout"]) == ("4", "1", "7", "2", "3", "10000")
+        assert (keepalive, idle, user_timeout) == (1, 7, 10000)
+    finally:
+        if loop is None:
+            store.close()
+        else:
+            loop.run(store.aclose())
+            loop.stop()
+
+
+@pytest.mark.parametrize("face", FACES)
+def test_statement_timeout_bounds_a_slow_statement(shared: tuple[str, str], face: str) -> None:
+    """A statement the server takes too long over (a trigger sleeping 3 s) is cut by the
+    URL's statement_timeout: StoreUnavailable, and nothing of the append is stored."""
+    url, schema = shared
+    memory = Face(face, with_options(url, statement_timeout=0.5))
+    session = f"slow-{face}"
+    with admin() as conn:
+        conn.execute(f"""
+            CREATE OR REPLACE FUNCTION "{schema}".slow() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.body LIKE '%%slow%%' THEN PERFORM pg_sleep(3); END IF;
+                RETURN NEW;
+            END $$;
+            CREATE OR REPLACE TRIGGER slow BEFORE INSERT ON "{schema}".messages
+                FOR EACH ROW EXECUTE FUNCTION "{schema}".slow();
+        """)
+    try:
+        memory.append(session, "fast")
+        waited, outcome = timed(lambda: memory.append(session, "slow"))
+        print(f"\nstatement_timeout=0.5 ({face}): {type(outcome).__name__} after {waited:.2f}s")
+        assert isinstance(outcome, StoreUnavailable), outcome
+        assert "statement_timeout" in str(outcome)
+        assert waited < 0.5 + SPARE
+        assert memory.texts(session) == ["fast"]
+    finally:
+        with admin() as conn:
+            conn.execute(f'DROP TRIGGER slow ON "{schema}".messages; '
+                         f'DROP FUNCTION "{schema}".slow()')
+        memory.close()

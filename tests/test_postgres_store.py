@@ -86,7 +86,8 @@ def _wait_for(conn: Any, query: str, params: tuple[Any, ...], seconds: float = 1
 
 # -- opening -------------------------------------------------------------------------------
 def test_url_options_are_checked() -> None:
-    for bad in ("schema=no-dashes", "pool_max=x", "pool_min=5&pool_max=2", "pool_timeout=0"):
+    for bad in ("schema=no-dashes", "pool_max=x", "pool_min=5&pool_max=2", "pool_timeout=0",
+                "statement_timeout=-1", "statement_timeout=x", "statement_timeout=inf"):
         with pytest.raises(InvalidStoreURL):
             open_store(f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}{bad}")
 
