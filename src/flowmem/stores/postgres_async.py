@@ -1,17 +1,25 @@
 """``postgresql://…`` for :class:`~flowmem.AsyncMemory`: psycopg's asyncio pool.
 
 The asyncio twin of :mod:`flowmem.stores.postgres`: the same URL, the same
-first round trip (BEGIN, search path and the MEM-12 advisory lock under a
-``lock_timeout``), the same SQL programs (:mod:`flowmem.stores.sql`), the
-same error mapping — only awaited. The schema is migrated when the store
-opens, on first use (``from_url`` needs no running loop).
+first round trip (BEGIN, search path, statement timeout and the MEM-12
+advisory lock under a ``lock_timeout``), the same SQL programs
+(:mod:`flowmem.stores.sql`), the same error mapping — only awaited. The
+schema is migrated when the store opens, on first use (``from_url`` needs
+no running loop).
+
+The same bounds, too (listed in :mod:`flowmem.stores.postgres`): the
+client's deadline is kept by the same watchdog thread, which shuts the
+connection's socket down — the event loop's reader sees end-of-file at once;
+no ``asyncio`` timeout is used, because cancelling psycopg mid-query makes
+it send a cancel request and wait again, which a frozen server never answers.
 
 Cancellation: a task cancelled inside a transaction rolls it back (or, if
 the connection is left mid-statement, the pool discards the connection and
 the server rolls back), so an operation is applied whole or not at all;
 the advisory lock is transaction-level and goes with the transaction. A
 cancellation that lands while ``COMMIT`` is in flight leaves the outcome
-to the server: whole or nothing, never part.
+to the server: whole or nothing, never part. The rollback after a
+cancellation still runs under the operation's deadline.
 """
 
 from __future__ import annotations
