@@ -173,6 +173,41 @@ def test_held_row_lock_gives_store_busy_within_lock_timeout(
 
 
 @pytest.mark.parametrize("face", FACES)
+def test_late_mem12_lock_leaves_the_row_only_what_is_left_of_lock_timeout(
+        shared: tuple[str, str], face: str) -> None:
+    """The advisory lock comes late (held 0.8 s of a 1 s lock_timeout) and the row stays
+    locked: the row gets what is left (at least 0.5 s), not a fresh lock_timeout."""
+    from flowmem.stores.postgres_common import advisory_key
+
+    url, schema = shared
+    memory = Face(face, url)
+    session = f"late-{face}"
+    try:
+        memory.append(session, "before")
+        holder = _hold(schema, session, advisory=False)
+        locker = admin()
+        locker.execute("BEGIN")
+        locker.execute("SELECT pg_advisory_xact_lock(%s)",
+                       (advisory_key(schema, StorageKey("session", session, "conv")),))
+        late = threading.Timer(0.8, lambda: locker.execute("ROLLBACK"))
+        late.start()
+        try:
+            waited, outcome = timed(lambda: memory.append(session, "blocked"))
+        finally:
+            late.join()
+            holder.execute("ROLLBACK")
+            holder.close()
+            locker.close()
+        print(f"\nlate MEM-12 lock, row held ({face}): {type(outcome).__name__} after "
+              f"{waited:.2f}s")
+        assert isinstance(outcome, StoreBusy), outcome
+        assert waited < LOCK + GRACE + SPARE
+        assert memory.texts(session) == ["before"]
+    finally:
+        memory.close()
+
+
+@pytest.mark.parametrize("face", FACES)
 def test_held_row_lock_released_during_the_fallback_appends_with_one_warning(
         shared: tuple[str, str], face: str, caplog: pytest.LogCaptureFixture) -> None:
     """Advisory lock held throughout, the row released while the fallback waits for it:

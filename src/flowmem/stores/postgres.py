@@ -58,9 +58,10 @@ back to the savepoint and the append goes ahead unserialized
 row is then read ``FOR UPDATE``, so the fallback is still atomic — it may
 interleave with a serialized append but never loses or doubles a turn; the
 (buffer, result id) unique key makes a doubled result impossible. The row
-wait stays bounded: ``lock_timeout`` becomes what is left of the append's
-wait, at least 0.5 s (so a fallback waits 0.5 s more for the row); a row
-held past that (by a long transaction outside flowmem) is ``StoreBusy``. The
+wait stays bounded: ``lock_timeout`` stays set for it — whole when the
+advisory lock came within 0.5 s, else what is left of it, at least 0.5 s
+(one more short statement, only then); a fallback waits 0.5 s more for the
+row. A row held past that (by a transaction outside flowmem) is ``StoreBusy``. The
 lock is released at commit or rollback, and by the server when a client dies.
 
 Failures: connection loss (or the server going away) raises
@@ -79,6 +80,7 @@ SQL programs (:mod:`flowmem.stores.sql`) and the same first round trip
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
@@ -108,6 +110,7 @@ from .postgres_common import (
     lock_fallback_statement,
     mapped,
     pg,
+    row_wait_statement,
 )
 from .postgres_schema import MIGRATIONS, migrate, quoted_schema, stored_version
 from .postgres_watchdog import Deadline, arm, disarm
@@ -190,12 +193,18 @@ class PostgresStore:
         """The first round trip; whether the MEM-12 lock was had."""
         held = None if lock is None else (advisory_key(self.schema, lock[0]), lock[1])
         seconds = self._options.statement_timeout
+        began = time.monotonic()
         try:
             cur.execute(begin_statement(self._ident, read_only, held, seconds))
         except pg_errors.LockNotAvailable:
             cur.execute(lock_fallback_statement(seconds))
             return False
-        if held is None or held[1] > 0:
+        if held is None:
+            return True
+        if held[1] > 0:
+            shorter = row_wait_statement(held[1], time.monotonic() - began)
+            if shorter is not None:  # the lock came late: the row gets what is left
+                cur.execute(shorter)
             return True
         while cur.nextset():
             pass

@@ -25,6 +25,7 @@ cancellation still runs under the operation's deadline.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import Any
@@ -54,6 +55,7 @@ from .postgres_common import (
     lock_fallback_statement,
     mapped,
     pg,
+    row_wait_statement,
 )
 from .postgres_schema import quoted_schema
 from .postgres_watchdog import Deadline, arm, disarm
@@ -113,12 +115,18 @@ class AsyncPostgresStore:
         """The first round trip; whether the MEM-12 lock was had."""
         held = None if lock is None else (advisory_key(self.schema, lock[0]), lock[1])
         seconds = self._options.statement_timeout
+        began = time.monotonic()
         try:
             await cur.execute(begin_statement(self._ident, read_only, held, seconds))
         except pg_errors.LockNotAvailable:
             await cur.execute(lock_fallback_statement(seconds))
             return False
-        if held is None or held[1] > 0:
+        if held is None:
+            return True
+        if held[1] > 0:
+            shorter = row_wait_statement(held[1], time.monotonic() - began)
+            if shorter is not None:  # the lock came late: the row gets what is left
+                await cur.execute(shorter)
             return True
         while cur.nextset():
             pass

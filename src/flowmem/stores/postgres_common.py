@@ -66,6 +66,7 @@ __all__ = [
     "lock_fallback_statement",
     "mapped",
     "pg",
+    "row_wait_statement",
 ]
 
 OPTIONS: Final = ("schema", "pool_min", "pool_max", "pool_timeout", "statement_timeout")
@@ -192,8 +193,8 @@ def begin_statement(schema_ident: str, read_only: bool, lock: tuple[int, float] 
     writer, the MEM-12 lock.
 
     With a lock and a positive timeout the lock is taken under ``lock_timeout``
-    after a savepoint; once had, ``lock_timeout`` becomes what is left of the
-    wait (at least :data:`ROW_LOCK_GRACE`) for the conversation's row. On
+    after a savepoint, and ``lock_timeout`` stays for the conversation's row
+    (shortened by :func:`row_wait_statement` when the lock came late). On
     :class:`psycopg.errors.LockNotAvailable` the caller runs
     :func:`lock_fallback_statement` and goes ahead unserialized. With a
     timeout ≤ 0 the statement tries the lock once and returns whether it was
@@ -219,14 +220,19 @@ def _begin_parts(schema_ident: str, read_only: bool, timeout: float | None,
     if timeout <= 0:
         return (f"{head}; {statement}; SET LOCAL lock_timeout = {grace}; "
                 f"SELECT pg_try_advisory_xact_lock(", ")")
-    wait = _timeout_ms(timeout)
-    # statement_timestamp() is when this round trip reached the server
-    left = (f"greatest({grace}, {wait} - (extract(epoch FROM clock_timestamp() "
-            f"- statement_timestamp()) * 1000)::bigint)::text")
-    return (f"{head}; SET LOCAL lock_timeout = {wait}; SAVEPOINT {SAVEPOINT}; "
+    return (f"{head}; SET LOCAL lock_timeout = {_timeout_ms(timeout)}; SAVEPOINT {SAVEPOINT}; "
             f"SELECT pg_advisory_xact_lock(",
-            f"), set_config('lock_timeout', {left}, true), "
-            f"set_config('statement_timeout', '{_statement_ms(statement_timeout)}', true)")
+            f"), set_config('statement_timeout', '{_statement_ms(statement_timeout)}', true)")
+
+
+def row_wait_statement(timeout: float, waited: float) -> str | None:
+    """After the MEM-12 lock was had in ``waited`` seconds: the statement that leaves the
+    row what is left of ``timeout`` (at least :data:`ROW_LOCK_GRACE`), or ``None`` when
+    the lock came within the grace (the row keeps ``timeout``). Either way the two
+    waits together stay within ``timeout`` + :data:`ROW_LOCK_GRACE`."""
+    if waited <= ROW_LOCK_GRACE:
+        return None
+    return f"SET LOCAL lock_timeout = {_timeout_ms(max(ROW_LOCK_GRACE, timeout - waited))}"
 
 
 def lock_fallback_statement(statement_timeout: float) -> str:
