@@ -33,7 +33,8 @@ def admin() -> psycopg.Connection[tuple[Any, ...]]:
 
     parts = urlsplit(POSTGRES_URL)
     plain = [(k, v) for k, v in parse_qsl(parts.query)
-             if k not in ("schema", "pool_min", "pool_max", "pool_timeout")]
+             if k not in ("schema", "pool_min", "pool_max", "pool_timeout",
+                          "statement_timeout")]
     return psycopg.connect(urlunsplit((parts.scheme, parts.netloc, parts.path,
                                        urlencode(plain), "")), autocommit=True)
 

@@ -7,18 +7,45 @@ by :func:`flowmem.stores.postgres_schema.migrate` when the store opens.
 
 URL options (the rest of the query string goes to libpq, e.g. ``sslmode``)::
 
-    postgresql://user@host:5432/db?schema=flowmem&pool_min=1&pool_max=10&pool_timeout=30
+    postgresql://user@host:5432/db?schema=flowmem&pool_max=10&pool_timeout=5&statement_timeout=5
 
 ``schema``
     The schema holding flowmem's tables (default ``flowmem``).
 ``pool_min`` / ``pool_max``
     Connections kept open / opened at most by this store (default 1 / 10).
 ``pool_timeout``
-    Seconds an operation waits for a free connection (default 30).
+    Seconds an operation waits for a free connection, then
+    :class:`~flowmem.errors.StoreUnavailable` (default 5).
+``statement_timeout``
+    Seconds (default 5; ``0`` turns it off): set as ``SET LOCAL
+    statement_timeout`` in every transaction's first round trip, and the
+    basis of the client's deadline (below).
+
+libpq parameters flowmem sets unless the URL does: ``connect_timeout=5``
+(or ``PGCONNECT_TIMEOUT``), ``keepalives=1``, ``keepalives_idle=5``,
+``keepalives_interval=2``, ``keepalives_count=3`` (seconds) and
+``tcp_user_timeout=10000`` (milliseconds).
+
+Bounds: every wait ends, with a typed error.
+
+- no free connection (pool exhausted, server down or unreachable):
+  ``pool_timeout``, then ``StoreUnavailable``;
+- the MEM-12 locks of an append: at most ``lock_timeout`` + 0.5 s in all
+  (the advisory lock, then the conversation's row; see below), then the
+  append runs unserialized or, if the row itself stays locked,
+  :class:`~flowmem.errors.StoreBusy`;
+- a slow statement: ``statement_timeout`` on the server, then ``StoreUnavailable``;
+- a server that answers nothing (stopped, hung, network black hole): the
+  client's deadline — the lock wait (+ 0.5 s) + ``statement_timeout`` + 1 s
+  per operation — cuts the connection (:mod:`flowmem.stores.postgres_watchdog`):
+  ``StoreUnavailable``, and the pool replaces the connection. With the
+  defaults: 6 s for a read, ``lock_timeout`` + 6.5 s for an append;
+- opening the store: ``connect_timeout``, then the same deadline for the
+  schema check (300 s when migrations run).
 
 Transaction pooling (pgbouncer ``pool_mode = transaction``) works: no
 statement is prepared (``prepare_threshold=None``) and no session state is
-set — the search path and lock timeout are ``SET LOCAL``, the MEM-12 lock is
+set — the search path and the timeouts are ``SET LOCAL``, the MEM-12 lock is
 transaction-level. Each transaction starts with one round trip that carries
 ``BEGIN``, the search path and, for an append, the lock.
 
@@ -27,20 +54,24 @@ savepoint and takes ``pg_advisory_xact_lock`` on a 64-bit hash of (schema,
 scope, scope id, key). Exactly the lock-timeout error
 (:class:`psycopg.errors.LockNotAvailable`) is caught: the transaction rolls
 back to the savepoint and the append goes ahead unserialized
-(``serialized=False``; :class:`~flowmem.Memory` logs the warning). The lock
-timeout is then reset and the buffer row is read ``FOR UPDATE``, so the
-fallback is still atomic — it may interleave with a serialized append but
-never loses or doubles a turn; the (buffer, result id) unique key makes a
-doubled result impossible. The lock is released at commit or rollback, and
-by the server when a client dies.
+(``serialized=False``; :class:`~flowmem.Memory` logs the warning). The buffer
+row is then read ``FOR UPDATE``, so the fallback is still atomic — it may
+interleave with a serialized append but never loses or doubles a turn; the
+(buffer, result id) unique key makes a doubled result impossible. The row
+wait stays bounded: ``lock_timeout`` stays set for it — whole when the
+advisory lock came within 0.5 s, else what is left of it, at least 0.5 s
+(one more short statement, only then); a fallback waits 0.5 s more for the
+row. A row held past that (by a transaction outside flowmem) is ``StoreBusy``. The
+lock is released at commit or rollback, and by the server when a client dies.
 
 Failures: connection loss (or the server going away) raises
 :class:`~flowmem.errors.StoreUnavailable`, any other server error
 :class:`~flowmem.errors.StoreError`; the transaction is rolled back, so the
 buffer is as it was. If the connection is lost while ``COMMIT`` is in flight
 the outcome is unknown to the client and the error says so. A pooled
-connection found dead on the first round trip (nothing sent yet but
-``BEGIN``) is replaced once, after checking the pool, before giving up.
+connection found dead on the first round trip (nothing done yet but
+``BEGIN``) is replaced by another (at most ``pool_max`` times) before giving
+up; one cut by the client's deadline is not retried.
 
 The asyncio twin is :mod:`flowmem.stores.postgres_async`; both run the same
 SQL programs (:mod:`flowmem.stores.sql`) and the same first round trip
@@ -49,6 +80,7 @@ SQL programs (:mod:`flowmem.stores.sql`) and the same first round trip
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
@@ -67,6 +99,7 @@ from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
 from .postgres_common import (
     EDIT_LOCK_TIMEOUT,
+    MIGRATION_TIMEOUT,
     SQL,
     WRITE_LOCK_TIMEOUT,
     PostgresOptions,
@@ -77,8 +110,10 @@ from .postgres_common import (
     lock_fallback_statement,
     mapped,
     pg,
+    row_wait_statement,
 )
-from .postgres_schema import migrate, quoted_schema
+from .postgres_schema import MIGRATIONS, migrate, quoted_schema, stored_version
+from .postgres_watchdog import Deadline, arm, disarm
 from .sql import Execute, Program, T, drive, encode
 
 __all__ = ["PostgresStore", "advisory_key", "setup"]
@@ -104,14 +139,25 @@ def setup(options: PostgresOptions) -> None:
         raise InvalidStoreURL(f"unusable PostgreSQL URL: {exc}") from exc
     except psycopg.Error as exc:
         raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
+    deadline: Deadline | None = None
     try:
+        deadline = arm(conn, options.budget(None))
         encoding = conn.info.parameter_status("server_encoding")
         if encoding != "UTF8":
             raise StoreError(f"flowmem needs a UTF8 database; this one is {encoding!r}")
-        migrate(conn.cursor(), options.schema)
+        cur = conn.cursor()
+        if stored_version(cur, options.schema) < len(MIGRATIONS):
+            disarm(deadline)  # first start or upgrade: DDL under the migration lock
+            deadline = None
+            deadline = arm(conn, MIGRATION_TIMEOUT if options.budget(None) else 0)
+        migrate(cur, options.schema)
     except psycopg.Error as exc:
-        raise mapped(exc, lost=broken(conn)) from exc
+        lost, cut, deadline = broken(conn), deadline, None
+        disarm(cut)
+        timed_out = cut.seconds if cut is not None and cut.fired else None
+        raise mapped(exc, lost=lost, timed_out=timed_out) from exc
     finally:
+        disarm(deadline)
         conn.close()
 
 
@@ -119,11 +165,14 @@ class PostgresStore:
     """The PostgreSQL backend (see the module notes for pooling and locking)."""
 
     def __init__(self, conninfo: str, *, schema: str = "flowmem", pool_min: int = 1,
-                 pool_max: int = 10, pool_timeout: float = 30.0) -> None:
-        self._init(PostgresOptions(conninfo, schema, pool_min, pool_max, pool_timeout))
+                 pool_max: int = 10, pool_timeout: float = 5.0,
+                 statement_timeout: float = 5.0) -> None:
+        self._init(PostgresOptions(conninfo, schema, pool_min, pool_max, pool_timeout,
+                                   statement_timeout))
 
     def _init(self, options: PostgresOptions) -> None:
         self.schema = options.schema
+        self._options = options
         self._ident = quoted_schema(options.schema)
         setup(options)
         self._pool: ConnectionPool[Connection] = ConnectionPool(
@@ -143,57 +192,103 @@ class PostgresStore:
                lock: tuple[StorageKey, float] | None) -> bool:
         """The first round trip; whether the MEM-12 lock was had."""
         held = None if lock is None else (advisory_key(self.schema, lock[0]), lock[1])
+        seconds = self._options.statement_timeout
+        began = time.monotonic()
         try:
-            cur.execute(begin_statement(self._ident, read_only, held))
+            cur.execute(begin_statement(self._ident, read_only, held, seconds))
         except pg_errors.LockNotAvailable:
-            cur.execute(lock_fallback_statement())
+            cur.execute(lock_fallback_statement(seconds))
             return False
-        if held is None or held[1] > 0:
+        if held is None:
+            return True
+        if held[1] > 0:
+            shorter = row_wait_statement(held[1], time.monotonic() - began)
+            if shorter is not None:  # the lock came late: the row gets what is left
+                cur.execute(shorter)
             return True
         while cur.nextset():
             pass
         row = cur.fetchone()
         return bool(row and row[0])
 
+    def _open(self, read_only: bool, lock: tuple[StorageKey, float] | None,
+              ) -> tuple[Connection, Deadline | None, bool]:
+        """A pooled connection, its deadline armed and its transaction begun.
+
+        A pooled connection found dead on the first round trip (a restart, a
+        proxy closing idle connections: nothing was done) is replaced, at most
+        once per pooled connection; one the deadline cut is not.
+        """
+        budget = self._options.budget(None if lock is None else lock[1])
+        for attempt in range(self._options.pool_max + 1):
+            try:
+                conn = self._pool.getconn()
+            except psycopg.Error as exc:
+                raise mapped(exc) from exc
+            deadline: Deadline | None = None
+            try:
+                deadline = arm(conn, budget)
+                return conn, deadline, self._begin(conn.cursor(), read_only, lock)
+            except BaseException as exc:
+                lost = broken(conn)
+                timed_out = self._give_back(conn, deadline, failed=True)
+                if (lost and timed_out is None and isinstance(exc, psycopg.Error)
+                        and attempt < self._options.pool_max):
+                    continue
+                if isinstance(exc, psycopg.Error):
+                    raise mapped(exc, lost=lost, timed_out=timed_out) from exc
+                raise
+        raise AssertionError("unreachable")
+
+    def _give_back(self, conn: Connection, deadline: Deadline | None, *,
+                   failed: bool) -> float | None:
+        """Return ``conn`` to the pool (after a failure rolled back, or closed when that
+        fails); the seconds of its deadline if that cut it, else ``None``."""
+        usable = not (failed and broken(conn))
+        try:
+            if failed and usable:
+                usable = False
+                conn.execute("ROLLBACK")
+                usable = True
+        except psycopg.Error:
+            pass
+        finally:
+            disarm(deadline)
+            if not usable:
+                conn.close()  # state unknown or lost: the pool discards a closed connection
+            with suppress(psycopg.Error):
+                self._pool.putconn(conn)
+        return deadline.seconds if deadline is not None and deadline.fired else None
+
     @contextmanager
     def _transaction(self, *, read_only: bool = False, lock: tuple[StorageKey, float] | None = None,
-                     ) -> Iterator[tuple[Execute, bool]]:
-        conn: Connection | None = None
+                     holding: bool = False) -> Iterator[tuple[Execute, bool]]:
+        """One transaction under the operation's deadline; ``holding``: the caller's block
+        runs inside it (the deadline is then off while the block runs)."""
+        conn, deadline, serialized = self._open(read_only, lock)
         committing = False
         try:
-            for attempt in (1, 2):
-                conn = self._pool.getconn()
+            cur = conn.cursor()
+            if holding:
+                disarm(deadline)
+                deadline = None
                 try:
-                    serialized = self._begin(conn.cursor(), read_only, lock)
-                    break
-                except psycopg.Error:
-                    if not broken(conn):
-                        with suppress(psycopg.Error):
-                            conn.execute("ROLLBACK")
-                        raise
-                    if attempt == 2:
-                        raise
-                    self._pool.putconn(conn)  # a stale pooled connection: nothing was done
-                    conn = None
-                    self._pool.check()
-            assert conn is not None
-            try:
-                cur = conn.cursor()
+                    yield _executor(cur), serialized
+                finally:
+                    with suppress(psycopg.Error):  # a lost connection fails at COMMIT
+                        deadline = arm(conn, self._options.budget(None))
+            else:
                 yield _executor(cur), serialized
-                committing = True
-                cur.execute("COMMIT")
-            except BaseException:
-                if not committing and not broken(conn):
-                    with suppress(psycopg.Error):
-                        conn.execute("ROLLBACK")
-                raise
-        except psycopg.Error as exc:
-            raise mapped(exc, lost=conn is not None and broken(conn),
-                         committing=committing) from exc
-        finally:
-            if conn is not None:
-                with suppress(psycopg.Error):
-                    self._pool.putconn(conn)
+            committing = True
+            cur.execute("COMMIT")
+        except BaseException as exc:
+            lost = broken(conn)
+            timed_out = self._give_back(conn, deadline, failed=True)
+            if isinstance(exc, psycopg.Error):
+                raise mapped(exc, lost=lost, committing=committing,
+                             timed_out=timed_out) from exc
+            raise
+        self._give_back(conn, deadline, failed=False)
 
     def _run(self, program: Program[T], *, read_only: bool = False,
              lock: tuple[StorageKey, float] | None = None) -> T:
@@ -235,7 +330,7 @@ class PostgresStore:
 
     @contextmanager
     def _hold(self, key: StorageKey, timeout: float) -> Iterator[bool]:
-        with self._transaction(lock=(key, timeout)) as (_, serialized):
+        with self._transaction(lock=(key, timeout), holding=True) as (_, serialized):
             yield serialized
 
     def close(self) -> None:

@@ -1,22 +1,31 @@
 """``postgresql://…`` for :class:`~flowmem.AsyncMemory`: psycopg's asyncio pool.
 
 The asyncio twin of :mod:`flowmem.stores.postgres`: the same URL, the same
-first round trip (BEGIN, search path and the MEM-12 advisory lock under a
-``lock_timeout``), the same SQL programs (:mod:`flowmem.stores.sql`), the
-same error mapping — only awaited. The schema is migrated when the store
-opens, on first use (``from_url`` needs no running loop).
+first round trip (BEGIN, search path, statement timeout and the MEM-12
+advisory lock under a ``lock_timeout``), the same SQL programs
+(:mod:`flowmem.stores.sql`), the same error mapping — only awaited. The
+schema is migrated when the store opens, on first use (``from_url`` needs
+no running loop).
+
+The same bounds, too (listed in :mod:`flowmem.stores.postgres`): the
+client's deadline is kept by the same watchdog thread, which shuts the
+connection's socket down — the event loop's reader sees end-of-file at once;
+no ``asyncio`` timeout is used, because cancelling psycopg mid-query makes
+it send a cancel request and wait again, which a frozen server never answers.
 
 Cancellation: a task cancelled inside a transaction rolls it back (or, if
 the connection is left mid-statement, the pool discards the connection and
 the server rolls back), so an operation is applied whole or not at all;
 the advisory lock is transaction-level and goes with the transaction. A
 cancellation that lands while ``COMMIT`` is in flight leaves the outcome
-to the server: whole or nothing, never part.
+to the server: whole or nothing, never part. The rollback after a
+cancellation still runs under the operation's deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from typing import Any
@@ -46,8 +55,10 @@ from .postgres_common import (
     lock_fallback_statement,
     mapped,
     pg,
+    row_wait_statement,
 )
 from .postgres_schema import quoted_schema
+from .postgres_watchdog import Deadline, arm, disarm
 from .sql import AsyncExecute, Program, T, adrive, encode
 
 __all__ = ["AsyncPostgresStore"]
@@ -103,70 +114,106 @@ class AsyncPostgresStore:
                      lock: tuple[StorageKey, float] | None) -> bool:
         """The first round trip; whether the MEM-12 lock was had."""
         held = None if lock is None else (advisory_key(self.schema, lock[0]), lock[1])
+        seconds = self._options.statement_timeout
+        began = time.monotonic()
         try:
-            await cur.execute(begin_statement(self._ident, read_only, held))
+            await cur.execute(begin_statement(self._ident, read_only, held, seconds))
         except pg_errors.LockNotAvailable:
-            await cur.execute(lock_fallback_statement())
+            await cur.execute(lock_fallback_statement(seconds))
             return False
-        if held is None or held[1] > 0:
+        if held is None:
+            return True
+        if held[1] > 0:
+            shorter = row_wait_statement(held[1], time.monotonic() - began)
+            if shorter is not None:  # the lock came late: the row gets what is left
+                await cur.execute(shorter)
             return True
         while cur.nextset():
             pass
         row = await cur.fetchone()
         return bool(row and row[0])
 
-    async def _connection(self, read_only: bool,
-                          lock: tuple[StorageKey, float] | None) -> tuple[Connection, bool]:
-        """A pooled connection with its transaction begun (a stale one replaced once)."""
+    async def _open(self, read_only: bool, lock: tuple[StorageKey, float] | None,
+                    ) -> tuple[Connection, Deadline | None, bool]:
+        """A pooled connection, its deadline armed and its transaction begun (a pooled
+        connection found dead on the first round trip is replaced, as on the blocking face)."""
         pool = await self._opened()
-        for attempt in (1, 2):
+        budget = self._options.budget(None if lock is None else lock[1])
+        for attempt in range(self._options.pool_max + 1):
             try:
                 conn = await pool.getconn()
             except psycopg.Error as exc:
                 raise mapped(exc) from exc
+            deadline: Deadline | None = None
             try:
-                return conn, await self._begin(conn.cursor(), read_only, lock)
+                deadline = arm(conn, budget)
+                return conn, deadline, await self._begin(conn.cursor(), read_only, lock)
             except BaseException as exc:
                 lost = broken(conn)
-                if lost and attempt == 1 and isinstance(exc, psycopg.Error):
-                    await pool.putconn(conn)  # a stale pooled connection: nothing was done
-                    await pool.check()
+                timed_out = await self._give_back(conn, deadline, failed=True)
+                if (lost and timed_out is None and isinstance(exc, psycopg.Error)
+                        and attempt < self._options.pool_max):
                     continue
-                await self._release(conn, failed=True)
                 if isinstance(exc, psycopg.Error):
-                    raise mapped(exc, lost=lost) from exc
+                    raise mapped(exc, lost=lost, timed_out=timed_out) from exc
                 raise
         raise AssertionError("unreachable")
 
-    async def _release(self, conn: Connection, *, failed: bool) -> None:
-        """Give a connection back; after a failure rolled back, or closed when unsure."""
-        if failed and not broken(conn):
-            try:
+    async def _give_back(self, conn: Connection, deadline: Deadline | None, *,
+                         failed: bool) -> float | None:
+        """Return ``conn`` to the pool (after a failure rolled back, or closed when unsure);
+        the seconds of its deadline if that cut it, else ``None``.
+
+        The rollback runs under the deadline, so a cancellation on a frozen server
+        (psycopg then sends a cancel request and waits) still ends by it.
+        """
+        usable = not (failed and broken(conn))
+        try:
+            if failed and usable:
+                usable = False
                 await conn.execute("ROLLBACK")
-            except BaseException:
-                await conn.close()  # mid-statement: the server rolls back and unlocks
-        if self._pool is not None:
-            with suppress(psycopg.Error):
-                await self._pool.putconn(conn)
+                usable = True
+        except psycopg.Error:
+            pass
+        finally:
+            disarm(deadline)
+            if not usable:
+                await conn.close()  # mid-statement or lost: the server rolls back and unlocks
+            if self._pool is not None:
+                with suppress(psycopg.Error):
+                    await self._pool.putconn(conn)
+        return deadline.seconds if deadline is not None and deadline.fired else None
 
     @asynccontextmanager
     async def _transaction(self, *, read_only: bool = False,
                            lock: tuple[StorageKey, float] | None = None,
-                           ) -> AsyncIterator[tuple[AsyncExecute, bool]]:
-        conn, serialized = await self._connection(read_only, lock)
+                           holding: bool = False) -> AsyncIterator[tuple[AsyncExecute, bool]]:
+        """One transaction under the operation's deadline; ``holding``: the caller's block
+        runs inside it (the deadline is then off while the block runs)."""
+        conn, deadline, serialized = await self._open(read_only, lock)
         committing = False
         try:
             cur = conn.cursor()
-            yield _executor(cur), serialized
+            if holding:
+                disarm(deadline)
+                deadline = None
+                try:
+                    yield _executor(cur), serialized
+                finally:
+                    with suppress(psycopg.Error):  # a lost connection fails at COMMIT
+                        deadline = arm(conn, self._options.budget(None))
+            else:
+                yield _executor(cur), serialized
             committing = True
             await cur.execute("COMMIT")
         except BaseException as exc:
             lost = broken(conn)
-            await self._release(conn, failed=True)
+            timed_out = await self._give_back(conn, deadline, failed=True)
             if isinstance(exc, psycopg.Error):
-                raise mapped(exc, lost=lost, committing=committing) from exc
+                raise mapped(exc, lost=lost, committing=committing,
+                             timed_out=timed_out) from exc
             raise
-        await self._release(conn, failed=False)
+        await self._give_back(conn, deadline, failed=False)
 
     async def _run(self, program: Program[T], *, read_only: bool = False,
                    lock: tuple[StorageKey, float] | None = None) -> T:
@@ -208,7 +255,7 @@ class AsyncPostgresStore:
 
     @asynccontextmanager
     async def _hold(self, key: StorageKey, timeout: float) -> AsyncIterator[bool]:
-        async with self._transaction(lock=(key, timeout)) as (_, serialized):
+        async with self._transaction(lock=(key, timeout), holding=True) as (_, serialized):
             yield serialized
 
     async def aclose(self) -> None:

@@ -24,7 +24,7 @@ from psycopg.pq import TransactionStatus
 
 from ..errors import InvalidStoreURL, SchemaError
 
-__all__ = ["MIGRATIONS", "SCHEMA_NAME", "migrate", "quoted_schema"]
+__all__ = ["MIGRATIONS", "SCHEMA_NAME", "migrate", "quoted_schema", "stored_version"]
 
 SCHEMA_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 """A schema name flowmem accepts (an unquoted-style identifier, any case)."""
@@ -104,7 +104,8 @@ def _lock_of(schema: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _version(cur: Cursor[tuple[Any, ...]], schema: str) -> int:
+def stored_version(cur: Cursor[tuple[Any, ...]], schema: str) -> int:
+    """The version ``schema`` is at (0: not created yet)."""
     table = cur.execute("SELECT to_regclass(%s)::text",
                         (f"{quoted_schema(schema)}.schema_version",)).fetchone()
     if table is None or table[0] is None:
@@ -127,7 +128,7 @@ def migrate(cur: Cursor[tuple[Any, ...]], schema: str) -> int:
     schema is newer than this flowmem.
     """
     ident = quoted_schema(schema)
-    version = _version(cur, schema)
+    version = stored_version(cur, schema)
     _check_version(version, schema)
     if version == len(MIGRATIONS):
         return version
@@ -139,7 +140,7 @@ def migrate(cur: Cursor[tuple[Any, ...]], schema: str) -> int:
             cur.execute(f"CREATE SCHEMA {ident}")
         cur.execute(f"SET LOCAL search_path TO {ident}")
         cur.execute(_VERSION_TABLE)
-        version = _version(cur, schema)
+        version = stored_version(cur, schema)
         _check_version(version, schema)
         for number in range(version, len(MIGRATIONS)):
             cur.execute(MIGRATIONS[number])
