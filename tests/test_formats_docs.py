@@ -1,5 +1,5 @@
-"""docs/formats.md's API synopsis names real functions (its other examples run in
-tests/test_docs_examples.py, which runs every example of the docs)."""
+"""docs/formats.md's API synopsis names real functions (every example of the docs,
+this one included, runs in tests/test_docs_examples.py)."""
 
 from __future__ import annotations
 
