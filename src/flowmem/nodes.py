@@ -62,9 +62,10 @@ def text_to_message(text: Any, role: Any = None,
     A role outside ``user|assistant|system|tool`` (absent included) becomes
     ``user``. ``tool_call_id`` is kept only on a ``tool`` row, trimmed, and
     omitted when blank (:func:`~flowmem.ids.nonblank_id`) and only then: ``"0"``
-    is kept, as the spec's word is "blank". A bool or a non-scalar is no id. Empty content (``""`` after coercion;
-    whitespace is content) gives ``([], {})``, a ``tool`` row too. The row in
-    the list and the row alone are equal but distinct dicts.
+    is kept, as the spec's word is "blank". A bool or a non-scalar is no id.
+    Empty content (``""`` after coercion; whitespace is content) gives
+    ``([], {})``, a ``tool`` row too. The row in the list and the row alone
+    are equal but distinct dicts.
     """
     content = coerce_content(text)
     if content == "":

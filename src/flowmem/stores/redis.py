@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -156,7 +157,15 @@ class RedisStore:
             pool = client.connection_pool  # unknown options fail here, not at first use
             pool.connection_class(**pool.connection_kwargs)
         except (ValueError, TypeError) as exc:
-            raise InvalidStoreURL(f"cannot use {url!r}: {exc}") from exc
+            unknown = re.search(r"unexpected keyword argument '([^']+)'", str(exc))
+            if unknown is None:
+                raise InvalidStoreURL(f"cannot use {url!r}: {exc}") from exc
+            from redis.connection import URL_QUERY_ARGUMENT_PARSERS
+
+            from .redis_layout import _OPTIONS
+            known = ", ".join([*_OPTIONS, *sorted(URL_QUERY_ARGUMENT_PARSERS)])
+            raise InvalidStoreURL(f"unknown option {unknown[1]!r} in the Redis URL {url!r}; "
+                                  f"known options: {known}") from None
         store = cls(client, prefix=prefix, lock_ttl=lock_ttl)
         try:
             store._check_server()
