@@ -28,11 +28,14 @@ __all__ = [
     "STORE_HELP",
     "check_conversation",
     "context_of",
+    "context_options",
     "echo_json",
     "flowmem_errors",
     "json_argument",
     "open_memory",
     "run",
+    "scope_option",
+    "store_option",
     "warn_shared_bucket",
     "where",
 ]
@@ -47,14 +50,9 @@ _ID_OPTION: Final = {"workflow": "--workflow", "pipeline": "--pipeline",
                      "execution": "--execution"}
 
 
-def where(command: F) -> F:
-    """The options naming a memory: store, scope, key and the execution context."""
+def context_options(command: F) -> F:
+    """The options describing the execution context (``--user``, ``--session``, …)."""
     options = [
-        click.option("--store", default=None, metavar="URL", help=STORE_HELP),
-        click.option("--scope", required=True, type=click.Choice(SCOPES),
-                     help="Where the memory lives; user and session need --user/--session "
-                          "(MEM-6, MEM-13), workflow/pipeline/execution use their id."),
-        click.option("--key", required=True, help="The memory key (a conversation's name)."),
         click.option("--user", "user_id", default=None, metavar="ID",
                      help="The memory principal: the user id of --scope user (MEM-8)."),
         click.option("--session", "session_id", default=None, metavar="ID",
@@ -71,6 +69,21 @@ def where(command: F) -> F:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+store_option = click.option("--store", default=None, metavar="URL", help=STORE_HELP)
+scope_option = click.option(
+    "--scope", required=True, type=click.Choice(SCOPES),
+    help="Where the memory lives; user and session need --user/--session (MEM-6, MEM-13), "
+         "workflow/pipeline/execution use their id.")
+
+
+def where(command: F) -> F:
+    """The options naming a memory: store, scope, key and the execution context."""
+    command = context_options(command)
+    command = click.option("--key", required=True,
+                           help="The memory key (a conversation's name).")(command)
+    return store_option(scope_option(command))
 
 
 def context_of(ids: Mapping[str, Any]) -> ExecutionContext:
