@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from . import cli_transfer
+from . import cli_transcript, cli_transfer
 from .cli_memory import register
 from .errors import FlowmemError, MissingDependency
 from .memory import Memory
@@ -96,6 +96,7 @@ def token_create(user_id: str, admin: bool, store: str | None) -> None:
 
 register(main)
 cli_transfer.register(main)
+cli_transcript.register(main)
 
 
 if __name__ == "__main__":  # pragma: no cover
