@@ -46,7 +46,8 @@ def main() -> None:
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
               help="Port to bind.")
 @click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+              help="How much uvicorn logs.")
 def serve(store: str | None, host: str, port: int, log_level: str) -> None:
     """Serve the storage API over HTTP (see docs/http.md)."""
     try:
