@@ -87,7 +87,7 @@ def unavailable(name: str) -> str | None:
         if importlib.util.find_spec("flowmem.stores.postgres") is None:
             return "flowmem.stores.postgres is not built yet"
         if importlib.util.find_spec("psycopg") is None:
-            return "psycopg is not installed (pip install 'flowmem[postgres]')"
+            return "psycopg is not installed (pip install -e '.[postgres]')"
         if not _reachable(POSTGRES_URL, 5432):
             return f"PostgreSQL is not reachable at {POSTGRES_URL}"
         return _postgres_login_refused(POSTGRES_URL)
@@ -95,7 +95,7 @@ def unavailable(name: str) -> str | None:
         if importlib.util.find_spec("flowmem.stores.redis") is None:
             return "flowmem.stores.redis is not built yet"
         if importlib.util.find_spec("redis") is None:
-            return "redis-py is not installed (pip install 'flowmem[redis]')"
+            return "redis-py is not installed (pip install -e '.[redis]')"
         if not _reachable(REDIS_URL, 6379):
             return f"Redis is not reachable at {REDIS_URL}"
     return None
