@@ -139,7 +139,8 @@ def test_all_keys_of_a_scope_id_and_only_them(tmp_path: Path) -> None:
         memory.write("user", "b", [], context=ALICE)  # memory:// knows it is a value
         memory.append("user", "c", {"role": "user", "content": "bob's"},
                       context=ExecutionContext(user_id="bob"))
-        _, keys = transfer.scope_keys(memory, "user", ALICE)
+        _, found = transfer.scope_keys(memory, "user", ALICE)
+        keys = list(found)
         assert keys == ["a", "b"]
         lines = [json.loads(x) for x in export_lines(memory, "user", keys, ALICE)]
         assert {x["scope_id"] for x in lines} == {"alice"}
@@ -270,3 +271,13 @@ def test_export_pipe_import_as_real_processes(tmp_path: Path) -> None:
     store = open_store(target)
     with Memory(store) as memory:
         assert full(memory) == expected
+
+
+@pytest.mark.usefixtures("small_pages")
+def test_keys_are_listed_page_by_page() -> None:
+    with Memory.from_url("memory://") as memory:
+        names = [f"k{i:02}" for i in range(20)]
+        for name in names:
+            memory.write("user", name, name, context=ALICE)
+        _, found = transfer.scope_keys(memory, "user", ALICE)
+        assert list(found) == names

@@ -13,7 +13,7 @@ import contextlib
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any, NoReturn
 
 import click
@@ -88,7 +88,7 @@ def export_command(store: str | None, scope: str, keys: tuple[str, ...], output:
             probe = memory.history(scope, keys[0], context=context, last=0)
             if probe.refused:
                 _refused(scope, "no usable id in the context")
-            chosen = list(keys)
+            chosen: Iterable[str] = keys
         else:
             try:
                 _, chosen = scope_keys(memory, scope, context)

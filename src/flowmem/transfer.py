@@ -35,7 +35,6 @@ __all__ = [
     "PAGE",
     "ImportSummary",
     "context_for",
-    "conversation_size",
     "export_key",
     "export_lines",
     "import_lines",
@@ -65,17 +64,24 @@ def context_for(scope: str, scope_id: str) -> ExecutionContext:
 # TEMPORARY (integrator): Memory has no method listing keys yet, so this one helper
 # reaches into memory.store.keys, as the server does. Replace it with the coordinator
 # method when it exists; nothing else here touches the store.
-def scope_keys(memory: Memory, scope: str, context: ExecutionContext) -> tuple[str, list[str]]:
-    """``(scope id, every key under it, sorted)``; raises :class:`ScopeRefused` (MEM-6/13)."""
+def scope_keys(memory: Memory, scope: str,
+               context: ExecutionContext) -> tuple[str, Iterator[str]]:
+    """``(scope id, its keys in order, read page by page)``.
+
+    Raises :class:`ScopeRefused` (MEM-6, MEM-13) before anything is read.
+    """
     scope_id = resolve_scope(scope, context)
-    keys: list[str] = []
-    after: str | None = None
-    while True:
-        page = memory.store.keys(scope, scope_id, after=after, limit=PAGE)
-        keys.extend(page)
-        if len(page) < PAGE:
-            return scope_id, keys
-        after = page[-1]
+
+    def pages() -> Iterator[str]:
+        after: str | None = None
+        while True:
+            page = memory.store.keys(scope, scope_id, after=after, limit=PAGE)
+            yield from page
+            if len(page) < PAGE:
+                return
+            after = page[-1]
+
+    return scope_id, pages()
 
 
 @dataclass
@@ -121,14 +127,6 @@ def _range(memory: Memory, scope: str, key: str, context: ExecutionContext,
             break
         cursor = page.positions[0]
     return [message for chunk in reversed(chunks) for message in chunk]
-
-
-def conversation_size(memory: Memory, scope: str, key: str, context: ExecutionContext) -> int:
-    """How many messages the conversation holds (walks it page by page; 0 for a value)."""
-    try:
-        return _walk(memory, scope, key, context).count
-    except KeyConflict:
-        return 0
 
 
 def _messages(memory: Memory, scope: str, key: str, context: ExecutionContext,
