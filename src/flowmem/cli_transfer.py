@@ -148,8 +148,10 @@ def import_command(store: str | None, source: IO[str], batch: int,
     """Append the JSON Lines of SOURCE (a file, or '-' for stdin) to the store.
 
     Every line is checked first: on a bad line nothing is imported. Messages
-    are appended with the full rules (MEM-1..14), so importing into a store
-    that already holds the conversation merges without duplicates.
+    are appended with the full rules (MEM-1..14): into a fresh store this
+    copies each history exactly; into one that already holds a conversation,
+    its results and declaring turns are recognised (MEM-1, MEM-2) but turns
+    without call ids (user turns) are appended again.
     """
     try:
         with _seekable(source) as readable:
