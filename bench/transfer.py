@@ -7,8 +7,8 @@ seeded agent workload (``bench/workload.py``: tool calls, re-fired and late
 results, interrupted turns) in batches of 1,000; then a real ``flowmem export``
 process writes it to a JSONL file and a real ``flowmem import`` process loads
 that file into a fresh SQLite store (``synchronous=full``, flowmem's default).
-Reports wall time and the peak resident memory of each process (its own
-``ru_maxrss``, from ``wait4``),
+Reports wall time and the peak resident memory of each process (its
+``ru_maxrss``, read by a small wrapper process),
 and checks that exporting the imported store gives the same file. Constant
 memory means: the peak stays flat as the length grows ×10. Not a test.
 """
@@ -58,20 +58,35 @@ def _build_elsewhere(url: str, length: int) -> int:
     return int(done.stdout.strip())
 
 
-def timed(command: list[str], stdout: int | None = None) -> tuple[float, float]:
-    """(seconds, peak RSS in MiB) of one child process (its own rusage, via wait4)."""
+_WRAPPER = ("import resource, subprocess, sys; "
+            "code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode; "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); "
+            "sys.exit(code)")
+
+
+def timed(command: list[str]) -> tuple[float, float]:
+    """(seconds, peak RSS in MiB) of one process.
+
+    Started from a small wrapper process: on Linux a child's ``ru_maxrss``
+    starts from the high-water mark of the process that started it (vfork +
+    exec), so measuring from this (larger) process would report our size.
+    """
     started = time.perf_counter()
-    child = subprocess.Popen(command, stdout=stdout)
-    _, status, usage = os.wait4(child.pid, 0)
+    done = subprocess.run([sys.executable, "-c", _WRAPPER, *command], capture_output=True,
+                          text=True, check=False)
     seconds = time.perf_counter() - started
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode != 0:
-        raise SystemExit(f"{command[3]} failed with exit code {child.returncode}")
-    return seconds, usage.ru_maxrss / 1024
+    if done.returncode != 0:
+        raise SystemExit(f"{command[3]} failed with exit code {done.returncode}: "
+                         f"{done.stderr[-500:]}")
+    return seconds, int(done.stderr.strip().splitlines()[-1]) / 1024
 
 
 def digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    sha = hashlib.sha256()
+    with path.open("rb") as source:
+        for chunk in iter(lambda: source.read(1 << 20), b""):
+            sha.update(chunk)
+    return sha.hexdigest()[:12]
 
 
 def main() -> None:
@@ -93,7 +108,7 @@ def main() -> None:
                                           "user", "--user", "bench", "-o", str(out),
                                           "--no-progress"])
             import_s, import_mib = timed([*FLOWMEM, "import", "--store", target, str(out),
-                                          "--no-progress"], stdout=subprocess.DEVNULL)
+                                          "--no-progress"])
             subprocess.run([*FLOWMEM, "export", "--store", target, "--scope", "user",
                             "--user", "bench", "-o", str(again), "--no-progress"], check=True)
             same = filecmp.cmp(out, again, shallow=False)
