@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from flowmem.messages import ROLES, coerce_content
 from flowmem.nodes import assemble, text_to_message
-from flowmem.normalize import is_sendable
+from flowmem.normalize import is_sendable, normalize
 
 U1 = {"role": "user", "content": "one"}
 U2 = {"role": "user", "content": "two"}
@@ -131,10 +131,25 @@ def test_mem16_int_tool_call_id_is_cast() -> None:
     assert text_to_message("r", "tool", 7)[1]["tool_call_id"] == "7"
 
 
-@pytest.mark.parametrize("bad", [None, "", "  ", "0", 0, True, False, 1.5, ["a"]])
-def test_mem16_unusable_tool_call_id_is_omitted(bad: Any) -> None:
+@pytest.mark.parametrize("bad", [None, "", "  ", "\t\n", True, False, 1.5, ["a"]])
+def test_mem16_blank_or_no_tool_call_id_is_omitted(bad: Any) -> None:
     assert text_to_message("r", "tool", bad) == ([{"role": "tool", "content": "r"}],
                                                  {"role": "tool", "content": "r"})
+
+
+@pytest.mark.parametrize(("given", "kept"), [("0", "0"), (" 0 ", "0"), (0, "0"), ("00", "00")])
+def test_mem16_zero_is_not_blank_so_it_is_kept(given: Any, kept: str) -> None:
+    # MEM-16 omits the id "when blank" and only then; "0" is unusable for pairing
+    # (MEM-5) and identity (MEM-6, MEM-13) but it is not blank.
+    assert text_to_message("r", "tool", given)[1] == {"role": "tool", "content": "r",
+                                                      "tool_call_id": kept}
+
+
+def test_mem16_kept_zero_id_is_still_unusable_for_pairing_mem5() -> None:
+    # The row keeps "0"; normalization then treats it as an unusable result id and
+    # drops the row as an orphan (MEM-5), so nothing unsendable reaches a provider.
+    rows, _ = text_to_message("r", "tool", "0")
+    assert is_sendable(normalize(rows).messages)
 
 
 @pytest.mark.parametrize("role", [None, "user", "assistant", "system", "bogus"])
@@ -176,4 +191,6 @@ def test_mem16_property_row_shape(text: Any, role: Any, tool_call_id: Any) -> No
     if "tool_call_id" in row:
         assert row["role"] == "tool"
         assert row["tool_call_id"] == row["tool_call_id"].strip() != ""
-        assert row["tool_call_id"] != "0"
+    elif row["role"] == "tool" and isinstance(tool_call_id, str | int) \
+            and not isinstance(tool_call_id, bool):
+        assert str(tool_call_id).strip() == ""  # omitted only when blank (MEM-16)

@@ -19,6 +19,7 @@ from typing import Any
 
 import click
 
+from . import cli_transcript, cli_transfer
 from .cli_formats import register as register_formats
 from .cli_memory import register
 from .errors import FlowmemError, MissingDependency
@@ -66,7 +67,8 @@ def _duration(text: str | None) -> float | None:
 @click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535),
               help="Port to bind.")
 @click.option("--log-level", default="info", show_default=True,
-              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+              help="How much uvicorn logs.")
 @click.option("--anonymous", type=click.Choice(["read", "write"]), default=None,
               help="Let callers WITHOUT a token read (or read and write) the shared scopes. "
                    "Off by default: every /v1 route needs a token.")
@@ -188,6 +190,8 @@ def token_revoke(token_id: str, store: str | None) -> None:
 
 register(main)
 register_formats(main)
+cli_transfer.register(main)
+cli_transcript.register(main)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,75 +6,28 @@ MEM-13) and the append rules (MEM-1..14) hold exactly as in a runtime. The
 execution context comes from options (``--user``, ``--session``,
 ``--workflow``, ...): this is an operator's tool with direct access to the
 store, not the authenticated HTTP service. Output is JSON on stdout; a
-refusal exits 3, invalid input exits 1 with the error on stderr.
+refusal exits 3, invalid input exits 1 with the error on stderr (the
+conventions and the shared options are in :mod:`flowmem.cli_common`).
 """
 
 from __future__ import annotations
 
-import json
-import sys
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from . import formats
+from .cli_common import check_conversation
+from .cli_common import context_of as _context
+from .cli_common import echo_json as _echo
+from .cli_common import json_argument as _json_argument
+from .cli_common import run as _run
+from .cli_common import where as _where
 from .cli_formats import unwrap
-from .errors import FlowmemError
 from .memory import Memory
 from .normalize import normalize
-from .scopes import SCOPES, ExecutionContext
 
 __all__ = ["register"]
-
-F = TypeVar("F", bound=Callable[..., Any])
-REFUSED_EXIT = 3
-
-
-def _where(command: F) -> F:
-    """The options naming a memory: store, scope, key and the execution context."""
-    options = [
-        click.option("--store", default=None,
-                     help="Store URL (default: $FLOWMEM_STORE or sqlite:///flowmem.db)."),
-        click.option("--scope", required=True, type=click.Choice(SCOPES)),
-        click.option("--key", required=True, help="The memory key."),
-        click.option("--user", "user_id", default=None, help="The memory principal (MEM-8)."),
-        click.option("--session", "session_id", default=None),
-        click.option("--workflow", "workflow_id", default=None),
-        click.option("--pipeline", "pipeline_id", default=None),
-        click.option("--execution", "execution_id", default=None),
-        click.option("--node", "node_id", default=None),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def _echo(data: Any) -> None:
-    click.echo(json.dumps(data, ensure_ascii=True, indent=2))
-
-
-def _json_argument(text: str | None, what: str) -> Any:
-    raw = sys.stdin.read() if text in (None, "-") else text
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise click.BadParameter(f"{what} is not JSON: {exc}") from None
-
-
-def _run(store: str | None, work: Callable[[Memory], dict[str, Any]]) -> None:
-    try:
-        with Memory.from_url(store) as memory:
-            result = work(memory)
-    except FlowmemError as exc:
-        raise click.ClickException(str(exc)) from None
-    _echo(result)
-    if result.get("refused"):
-        sys.exit(REFUSED_EXIT)
-
-
-def _context(ids: dict[str, Any]) -> ExecutionContext:
-    return ExecutionContext(**ids)
 
 
 @click.command("read")
@@ -102,9 +55,10 @@ def delete(store: str | None, scope: str, key: str, **ids: Any) -> None:
 
 @click.command("append")
 @_where
-@click.option("--max-messages", type=int, default=None, help="Window size (oldest evicted).")
+@click.option("--max-messages", type=click.IntRange(1), default=None, metavar="N",
+              help="Window size: keep the newest N entries (oldest evicted). Default: no window.")
 @click.option("--format", "fmt", type=click.Choice(formats.FORMATS), default="canonical",
-              show_default=True, help="The dialect MESSAGES are written in.")
+              show_default=True, help="The dialect MESSAGES are written in (docs/formats.md).")
 @click.argument("messages", required=False)
 def append(store: str | None, scope: str, key: str, max_messages: int | None, fmt: str,
            messages: str | None, **ids: Any) -> None:
@@ -112,8 +66,7 @@ def append(store: str | None, scope: str, key: str, max_messages: int | None, fm
     incoming = _json_argument(messages, "MESSAGES")
 
     def work(memory: Memory) -> dict[str, Any]:
-        canonical = formats.to_canonical(incoming, fmt) if fmt != "canonical" else incoming
-        result = memory.append(scope, key, canonical, context=_context(ids),
+        result = memory.append(scope, key, incoming, context=_context(ids), format=fmt,
                                max_messages=max_messages)
         return {"scope": result.scope, "resolved_scope_id": result.resolved_scope_id,
                 "refused": result.refused, **result.to_dict()}
@@ -123,8 +76,10 @@ def append(store: str | None, scope: str, key: str, max_messages: int | None, fm
 
 @click.command("history")
 @_where
-@click.option("--last", type=click.IntRange(0), default=50, show_default=True)
-@click.option("--before", type=int, default=None, help="The `before` cursor of a later page.")
+@click.option("--last", type=click.IntRange(0), default=50, show_default=True,
+              help="How many messages (the newest ones before --before).")
+@click.option("--before", type=int, default=None, metavar="POSITION",
+              help="Page further back: the `before` cursor a previous page printed.")
 @click.option("--format", "fmt", type=click.Choice(formats.FORMATS), default="canonical",
               show_default=True, help="Print the messages as a provider takes them "
               "(sendable, MEM-5; see docs/formats.md).")
@@ -134,6 +89,7 @@ def history(store: str | None, scope: str, key: str, last: int, before: int | No
     (or, with --format, as a provider takes them)."""
     def work(memory: Memory) -> dict[str, Any]:
         page = memory.history(scope, key, context=_context(ids), last=last, before=before)
+        check_conversation(memory, key, page, last=last, before=before, context=_context(ids))
         head = {"scope": page.scope, "resolved_scope_id": page.resolved_scope_id,
                 "refused": page.refused, "before": page.before}
         if fmt != "canonical":

@@ -167,5 +167,6 @@ class MissingDependency(StoreError, ImportError):
         self.package = package
         self.extra = extra
         super().__init__(
-            f"{package} is not installed: pip install 'flowmem[{extra}]'"
+            f"{package} is not installed: pip install -e '.[{extra}]' in a clone of flowmem "
+            f"(or pip install 'flowmem[{extra}]' where flowmem is on your package index)"
         )

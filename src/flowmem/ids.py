@@ -1,10 +1,11 @@
 """The one reader of identifiers (MEM-11).
 
 Every rule that needs an id reads it here: deduplication (MEM-1, MEM-2),
-healing (MEM-3), placeholder replacement (MEM-10), normalization (MEM-5),
-text-to-message (MEM-16) and the identity scopes (MEM-6, MEM-13). They share
-one usability check, :func:`usable_id`, so no two rules can disagree about
-what counts as an id.
+healing (MEM-3), placeholder replacement (MEM-10), normalization (MEM-5)
+and the identity scopes (MEM-6, MEM-13). They share one usability check,
+:func:`usable_id`, so no two rules can disagree about what counts as an id.
+Text-to-message (MEM-16) is the one rule whose words are weaker ("omitted
+when blank"): it reads through :func:`nonblank_id`, which keeps ``"0"``.
 
 A call's id is read from ``tool_call_id`` (our normalized spelling) or ``id``
 (the provider-flat spelling), whichever is present and usable. A turn's calls
@@ -24,33 +25,51 @@ __all__ = [
     "declared_call_ids",
     "is_healed",
     "is_key_text",
+    "nonblank_id",
     "result_id",
     "usable_id",
 ]
+
+
+def _id_text(value: Any) -> str | None:
+    """``value`` as trimmed id text (an ``int`` cast), or ``None`` for a bool or a non-scalar."""
+    kind = type(value)
+    if kind is str:
+        return str(value).strip()
+    if kind is int:
+        return str(value)
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    # a subclass of int or str: read as the plain value
+    return str(int(value)) if isinstance(value, int) else str.__str__(value).strip()
 
 
 def usable_id(value: Any) -> str | None:
     """Return ``value`` as a usable id, or ``None`` when it is not one.
 
     A usable id is a string (an ``int`` is cast) that is not blank after
-    trimming and is not ``"0"`` (the spec treats ``"0"`` as no value). A bool
+    trimming and is not ``"0"`` (the spec treats ``"0"`` as no value: MEM-5's
+    unusable call id, MEM-6's "no user", MEM-13's "zero" session). A bool
     is never an id, nor is text that no database can hold as a key (a NUL
     character or a lone surrogate), so every backend treats it the same way.
     The result is the trimmed string.
     """
-    kind = type(value)
-    text: str
-    if kind is str:
-        text = value.strip()
-    elif kind is int:
-        text = str(value)
-    elif isinstance(value, bool) or not isinstance(value, int | str):
-        return None
-    else:  # a subclass of int or str: read as the plain value
-        text = str(int(value)) if isinstance(value, int) else str.__str__(value).strip()
+    text = _id_text(value)
     if not text or text == "0" or not is_key_text(text):
         return None
     return text
+
+
+def nonblank_id(value: Any) -> str | None:
+    """Return ``value`` as a trimmed id unless it is blank (MEM-16), else ``None``.
+
+    Weaker than :func:`usable_id` on purpose: MEM-16 omits a tool call id
+    "when blank" and only then, so ``"0"`` (and ``0``, cast) is kept. A bool
+    or a non-scalar is no id text at all and is ``None`` too. Pairing rules
+    (MEM-1, 2, 3, 5, 10) still read such an id through :func:`usable_id`.
+    """
+    text = _id_text(value)
+    return text or None
 
 
 def is_key_text(value: str) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .ids import usable_id
+from .ids import nonblank_id
 from .messages import ROLES, Message, coerce_content
 
 __all__ = ["assemble", "text_to_message"]
@@ -61,9 +61,11 @@ def text_to_message(text: Any, role: Any = None,
     Content is coerced as in MEM-5 (:func:`~flowmem.messages.coerce_content`).
     A role outside ``user|assistant|system|tool`` (absent included) becomes
     ``user``. ``tool_call_id`` is kept only on a ``tool`` row, trimmed, and
-    omitted when it is not a usable id. Empty content (``""`` after coercion;
-    whitespace is content) gives ``([], {})``, a ``tool`` row too. The row in
-    the list and the row alone are equal but distinct dicts.
+    omitted when blank (:func:`~flowmem.ids.nonblank_id`) and only then: ``"0"``
+    is kept, as the spec's word is "blank". A bool or a non-scalar is no id.
+    Empty content (``""`` after coercion; whitespace is content) gives
+    ``([], {})``, a ``tool`` row too. The row in the list and the row alone
+    are equal but distinct dicts.
     """
     content = coerce_content(text)
     if content == "":
@@ -71,7 +73,7 @@ def text_to_message(text: Any, role: Any = None,
     kind = role if isinstance(role, str) and role in ROLES else "user"
     message: Message = {"role": kind, "content": content}
     if kind == "tool":
-        found = usable_id(tool_call_id)
+        found = nonblank_id(tool_call_id)
         if found is not None:
             message["tool_call_id"] = found
     return [message], dict(message)

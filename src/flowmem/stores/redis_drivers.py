@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -27,7 +28,7 @@ from typing import Any
 
 from ..errors import InvalidStoreURL, MissingDependency, StoreError, StoreUnavailable
 from ..scopes import StorageKey
-from .redis_layout import Names, split_url
+from .redis_layout import URL_OPTIONS, Names, split_url
 from .redis_programs import NoScript, Pipe, Program, Request, Sleep, T
 
 __all__ = ["AsyncGates", "Driver", "Renewer", "adrive", "drive", "import_redis", "make_client",
@@ -74,7 +75,7 @@ def make_client(url: str, *, asyncio_face: bool) -> tuple[Any, str, float, float
         pool = client.connection_pool  # unknown options fail here, not at first use
         pool.connection_class(**pool.connection_kwargs)
     except (ValueError, TypeError) as exc:
-        raise InvalidStoreURL(f"cannot use {url!r}: {exc}") from exc
+        raise _url_error(url, exc) from None
     timeout = None
     if asyncio_face:
         timeout = pool.connection_kwargs.get("socket_timeout")
@@ -294,3 +295,15 @@ class AsyncGates:
             users[0] -= 1
             if not users[0]:
                 del self._gates[key]
+
+
+def _url_error(url: str, exc: Exception) -> InvalidStoreURL:
+    """Our own message for a URL redis-py refuses: a misspelled option lists the known ones."""
+    unknown = re.search(r"unexpected keyword argument '([^']+)'", str(exc))
+    if unknown is None:
+        return InvalidStoreURL(f"cannot use {url!r}: {exc}")
+    from redis.connection import URL_QUERY_ARGUMENT_PARSERS
+
+    known = ", ".join([*URL_OPTIONS, *sorted(URL_QUERY_ARGUMENT_PARSERS)])
+    return InvalidStoreURL(f"unknown option {unknown[1]!r} in the Redis URL {url!r}; "
+                           f"known options: {known}")

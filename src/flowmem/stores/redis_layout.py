@@ -32,14 +32,14 @@ from .sql import encode
 
 __all__ = ["Names", "Rewrite", "key_names", "plan_args", "rewrite", "split_url", "view_from"]
 
-_OPTIONS: Final = ("prefix", "lock_ttl")
+URL_OPTIONS: Final = ("prefix", "lock_ttl")
 
 
 def split_url(url: str) -> tuple[str, str, float]:
     """``(url for redis-py, prefix, lock_ttl)``: flowmem's own query options taken out."""
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
-    ours = {k: v for k, v in query if k in _OPTIONS}
+    ours = {k: v for k, v in query if k in URL_OPTIONS}
     if any(k == "decode_responses" for k, _ in query):
         raise InvalidStoreURL("flowmem's Redis store reads raw bytes; drop decode_responses")
     try:
@@ -47,7 +47,7 @@ def split_url(url: str) -> tuple[str, str, float]:
     except ValueError:
         raise InvalidStoreURL(f"lock_ttl must be seconds, in {url!r}") from None
     rest = urlunsplit(parts._replace(query=urlencode([(k, v) for k, v in query
-                                                      if k not in _OPTIONS])))
+                                                      if k not in URL_OPTIONS])))
     return rest, ours.get("prefix", "flowmem"), lock_ttl
 
 
