@@ -106,7 +106,7 @@ def test_transcript_of_a_session(tmp_path: Path) -> None:
     late = _ok(url, "transcript", sid, "--no-color", "--width", "100")
     assert "3 cats" in late and "late" in late.lower()
     empty = _ok(url, "sessions", "create", "--owner", "bob").strip()
-    assert "no messages" in _ok(url, "transcript", empty, "--no-color").lower()
+    assert "0 messages" in _ok(url, "transcript", empty, "--no-color")
 
 
 def _bad_inputs(sid: str) -> list[tuple[list[str], int, str]]:

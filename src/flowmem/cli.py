@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from . import cli_transcript, cli_transfer
+from . import cli_sessions, cli_transcript, cli_transfer
 from .cli_formats import register as register_formats
 from .cli_memory import register
 from .errors import FlowmemError, MissingDependency
@@ -192,6 +192,7 @@ register(main)
 register_formats(main)
 cli_transfer.register(main)
 cli_transcript.register(main)
+cli_sessions.register(main)
 
 
 if __name__ == "__main__":  # pragma: no cover
