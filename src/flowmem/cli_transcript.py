@@ -15,7 +15,6 @@ from rich.console import Console
 
 from .cli_common import (
     REFUSED_EXIT,
-    check_conversation,
     context_of,
     flowmem_errors,
     open_memory,
@@ -46,7 +45,6 @@ def transcript(store: str | None, scope: str, key: str, last: int, everything: b
     memory = open_memory(store)
     with flowmem_errors(), memory:
         page = memory.history(scope, key, context=context, last=count)
-        check_conversation(memory, key, page, last=count, before=None, context=context)
     if page.refused:
         click.echo(f"flowmem: {scope} scope refused; nothing to show", err=True)
         sys.exit(REFUSED_EXIT)
