@@ -93,7 +93,7 @@ def test_history_of_a_plain_value_is_a_conflict_like_append(backend: Backend) ->
     assert appended.exit_code == history.exit_code == 1
     assert appended.stderr == history.stderr == \
         "Error: key 'v' holds a plain value, not a conversation\n"
-    assert cli("history", *where, "--last", "0").exit_code == 0  # asks for nothing
+    assert cli("history", *where, "--last", "0").exit_code == 1  # the key's kind decides
     empty = ["--store", backend.url, "--scope", "user", "--user", "u-conflict", "--key", "e"]
     assert cli("append", *empty, "[]").exit_code == 0
     assert json.loads(cli("history", *empty).stdout)["messages"] == []  # empty, not a value

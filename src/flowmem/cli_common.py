@@ -17,8 +17,8 @@ from typing import Any, Final, TypeVar
 
 import click
 
-from .errors import FlowmemError, KeyConflict
-from .memory import HistoryResult, Memory
+from .errors import FlowmemError
+from .memory import Memory
 from .messages import MAX_JSON_DEPTH
 from .scopes import SCOPES, ExecutionContext
 
@@ -26,7 +26,6 @@ __all__ = [
     "MAX_INPUT_DEPTH",
     "REFUSED_EXIT",
     "STORE_HELP",
-    "check_conversation",
     "context_of",
     "context_options",
     "echo_json",
@@ -163,18 +162,3 @@ def run(store: str | None, work: Callable[[Memory], dict[str, Any]]) -> None:
         sys.exit(REFUSED_EXIT)
 
 
-def check_conversation(memory: Memory, key: str, page: HistoryResult, *,
-                       last: int | None, before: int | None,
-                       context: ExecutionContext) -> None:
-    """Raise :class:`KeyConflict` when an empty first page is really a plain value.
-
-    ``Memory.history`` answers ``[]`` for a key holding a plain value, while
-    ``append`` raises :class:`KeyConflict`; the CLI answers both the same way.
-    (A store-level check belongs in ``Store.history``; until then, this one
-    extra read happens only for an empty first page.)
-    """
-    if page.refused or page.messages or before is not None or last == 0:
-        return
-    found = memory.read(page.scope, key, context=context)
-    if found.found and found.value != []:
-        raise KeyConflict(f"key {key!r} holds a plain value, not a conversation")

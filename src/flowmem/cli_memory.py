@@ -17,7 +17,6 @@ from typing import Any
 import click
 
 from . import formats
-from .cli_common import check_conversation
 from .cli_common import context_of as _context
 from .cli_common import echo_json as _echo
 from .cli_common import json_argument as _json_argument
@@ -89,7 +88,6 @@ def history(store: str | None, scope: str, key: str, last: int, before: int | No
     (or, with --format, as a provider takes them)."""
     def work(memory: Memory) -> dict[str, Any]:
         page = memory.history(scope, key, context=_context(ids), last=last, before=before)
-        check_conversation(memory, key, page, last=last, before=before, context=_context(ids))
         head = {"scope": page.scope, "resolved_scope_id": page.resolved_scope_id,
                 "refused": page.refused, "before": page.before}
         if fmt != "canonical":

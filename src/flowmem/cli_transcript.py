@@ -18,7 +18,6 @@ from rich.console import Console
 
 from .cli_common import (
     REFUSED_EXIT,
-    check_conversation,
     context_of,
     context_options,
     flowmem_errors,
@@ -62,7 +61,6 @@ def _scope_page(store: str | None, scope: str, key: str, last: int | None,
     memory = open_memory(store)
     with flowmem_errors(), memory:
         page = memory.history(scope, key, context=context, last=last)
-        check_conversation(memory, key, page, last=last, before=None, context=context)
     if page.refused:
         click.echo(f"flowmem: {scope} scope refused; nothing to show", err=True)
         sys.exit(REFUSED_EXIT)

@@ -139,7 +139,11 @@ class Store(Protocol):
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:
-        """Up to ``last`` messages (all when ``None``) older than position ``before``."""
+        """Up to ``last`` messages (all when ``None``) older than position ``before``.
+
+        Raises :class:`~flowmem.errors.KeyConflict` when the key holds a plain value
+        (as :meth:`append` does).
+        """
         ...
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:

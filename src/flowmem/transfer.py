@@ -78,7 +78,7 @@ def scope_keys(memory: Memory, scope: str,
     def pages() -> Iterator[str]:
         after: str | None = None
         while True:
-            page = memory.store.keys(scope, scope_id, after=after, limit=PAGE)
+            page = memory.keys(scope, context=context, after=after, limit=PAGE)
             yield from page
             if len(page) < PAGE:
                 return

@@ -218,6 +218,8 @@ class RedisPrograms:
         names = self.names(key)
         args = ("" if last is None else last, "" if before is None else before)
         reply = yield from retried(lambda: script(lua.HISTORY, names.keys, args))
+        if reply[0] == b"value":
+            raise _conflict(names)
         positions = [int(p) for p in reply[2::2]]
         messages = [decode(body.decode()) for body in reply[3::2]]
         more = bool(reply[0]) and bool(positions)

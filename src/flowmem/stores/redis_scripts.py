@@ -324,7 +324,9 @@ return out
 
 HISTORY: Final = r"""#!lua flags=no-writes
 -- ARGV: 1 last ("" = all), 2 before ("" = none).
--- Returns {more, total, pos, body, pos, body...}; total: the entries before `before`
+-- Returns {more, total, pos, body, pos, body...}; total: the entries before `before`;
+-- {'value'} when the key holds a plain value
+if redis.call('EXISTS', KEYS[1]) == 1 then return {'value'} end
 local upper = '+inf'
 if ARGV[2] ~= '' then upper = '(' .. ARGV[2] end
 local total = redis.call('ZCOUNT', KEYS[3], '-inf', upper)

@@ -232,6 +232,9 @@ class SQLConversations:
         rows = yield ("SELECT id, count FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?",
                       (key.scope, key.scope_id, key.key))
         if not rows:
+            if (yield ("SELECT 1 FROM kv WHERE scope = ? AND scope_id = ? AND key = ?",
+                       (key.scope, key.scope_id, key.key))):
+                raise KeyConflict(f"key {key.key!r} holds a plain value, not a conversation")
             return HistoryPage(total=0)
         buffer_id, total = int(rows[0][0]), int(rows[0][1])
         page = yield from self.page(buffer_id, last, before)

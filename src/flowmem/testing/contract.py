@@ -214,6 +214,12 @@ class StoreContract:
         assert stored == {"role": "user", "content": content, "metadata": {"name": "ann"}}
 
     # -- history and edits ----------------------------------------------------------
+    def test_history_of_a_plain_value_is_a_key_conflict(self, store: Store) -> None:
+        key = fresh_key()
+        store.write(key, [])
+        with pytest.raises(KeyConflict):
+            store.history(key)
+
     def test_history_pages_backwards(self, store: Store) -> None:
         key = fresh_key()
         _append(store, key, [user(str(i)) for i in range(7)])
