@@ -178,7 +178,7 @@ def test_store_failures_are_classified_with_fixed_messages(
     for error, status, code in ((StoreBusy(secret), 503, "store_busy"),
                                 (StoreError(secret), 500, "store_failed"),
                                 (RuntimeError(secret), 500, "internal_error")):
-        def fail(*args: Any, error: Exception = error, **kwargs: Any) -> Any:
+        async def fail(*args: Any, error: Exception = error, **kwargs: Any) -> Any:
             raise error
 
         monkeypatch.setattr(world.memory.store, "write", fail)
@@ -207,7 +207,7 @@ def test_a_dropped_table_answers_without_driver_text_or_path(tmp_path: Path) -> 
         assert response.status_code >= 500, response.text
         assert str(tmp_path) not in response.text and "kv" not in response.text
         assert "SQLite" not in response.text and "table" not in response.text
-    world.memory.close()
+    world.close()
 
 
 # -- API-8: the published table ----------------------------------------------------------------
@@ -238,7 +238,7 @@ def test_session_status_is_a_closed_vocabulary_stored_as_served() -> None:
 
     def status() -> tuple[str, str]:
         served = world.call("owner", "GET", f"/v1/sessions/{sid}").json()["data"]["status"]
-        _, stored = world.memory.store.read(reserved("sessions", sid))
+        _, stored = world.run(world.memory.store.read, reserved("sessions", sid))
         return served, stored["status"]
 
     assert status() == ("idle", "idle")
@@ -254,8 +254,9 @@ def test_session_status_is_a_closed_vocabulary_stored_as_served() -> None:
 def test_a_record_with_the_old_spelling_is_served_in_the_vocabulary() -> None:
     world = make_world()
     for sid, expected in ((world.session_id, "completed"), (world.new_session("owner"), "idle")):
-        _, record = world.memory.store.read(reserved("sessions", sid))
-        world.memory.store.write(reserved("sessions", sid), {**record, "status": "active"})
+        _, record = world.run(world.memory.store.read, reserved("sessions", sid))
+        world.run(world.memory.store.write, reserved("sessions", sid),
+                  {**record, "status": "active"})
         served = world.call("owner", "GET", f"/v1/sessions/{sid}").json()["data"]["status"]
         assert served == expected
 
