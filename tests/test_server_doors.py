@@ -6,6 +6,7 @@ Every response these tests receive is also checked by ``server_support.check_env
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -17,10 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flowmem.async_memory import AsyncMemory
 from flowmem.errors import StoreBusy, StoreError
+from flowmem.server import create_app
 from flowmem.server.registry import reserved
 from flowmem.server.responses import ERROR_CODES
-from server_support import REFUSALS, World, app_routes, make_world
+from server_support import REFUSALS, CheckedClient, World, app_routes, make_world
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "http.md"
 MIB = 1_048_576
@@ -208,6 +211,47 @@ def test_a_dropped_table_answers_without_driver_text_or_path(tmp_path: Path) -> 
         assert str(tmp_path) not in response.text and "kv" not in response.text
         assert "SQLite" not in response.text and "table" not in response.text
     world.close()
+
+
+def test_a_read_only_database_refuses_writes_with_its_own_code(tmp_path: Path) -> None:
+    """A read-only SQLite store (StoreReadOnly) answers ``store_read_only`` 503, one code
+    for one refusal (API-8); reads still work; nothing changes."""
+    url = f"sqlite:///{tmp_path / 'ro.db'}"
+    world = make_world(url)
+    token = world.tokens["owner"]
+    written = world.call("owner", "POST", "/v1/memory/write",
+                         {"scope": "user", "key": "k", "value": 1})
+    assert written.status_code == 200, written.text
+    world.close()
+    memory = AsyncMemory.from_url(f"{url}?mode=ro")
+    headers = {"Authorization": f"Bearer {token}"}
+    with CheckedClient(create_app(memory)) as client:
+        for path, body in (("/v1/memory/write", {"scope": "user", "key": "k", "value": 2}),
+                           ("/v1/sessions", {"title": "t"})):
+            refused = client.post(path, json=body, headers=headers)
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error_code"] == "store_read_only"
+            assert str(tmp_path) not in refused.text
+        read = client.post("/v1/memory/read", json={"scope": "user", "key": "k"},
+                           headers=headers)
+        assert read.status_code == 200 and read.json()["data"]["value"] == 1
+        client.portal.call(memory.aclose)
+
+
+def test_concurrent_updates_of_one_session_wait_for_each_other(tmp_path: Path) -> None:
+    """Coroutines updating one session record queue in process (no lost update), never
+    on the store's lock: SQLite's one connection thread must stay free for the holder."""
+    world = make_world(f"sqlite:///{tmp_path / 'u.db'}", seed=False)
+    sid = world.new_session("owner")
+    registry = world.app.state.flowmem.sessions
+    viewers = [f"v{i}" for i in range(8)]
+
+    async def grant_all() -> list[Any]:
+        return list(await asyncio.gather(*(registry.grant(sid, v) for v in viewers)))
+
+    assert all(record is not None for record in world.run(grant_all))
+    got = world.call("owner", "GET", f"/v1/sessions/{sid}").json()["data"]["viewers"]
+    assert sorted(got) == viewers
 
 
 # -- API-8: the published table ----------------------------------------------------------------

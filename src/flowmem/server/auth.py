@@ -32,7 +32,7 @@ from ..access import Grant, Principal
 from ..errors import InvalidInput
 from ..ids import usable_id
 from ..store import AsyncStore
-from .registry import RESERVED_SCOPE, as_mapping, reserved
+from .registry import RESERVED_SCOPE, KeyLocks, as_mapping, reserved
 
 __all__ = ["TOKEN_PREFIX", "InvalidCredentials", "TokenBackend", "TokenInfo", "hash_token"]
 
@@ -89,6 +89,7 @@ class TokenBackend:
 
     def __init__(self, store: AsyncStore) -> None:
         self.store = store
+        self._locks = KeyLocks()
         self._touched: dict[str, float] = {}
 
     async def create(self, user_id: str, *, admin: bool = False, grants: Iterable[str] = (),
@@ -139,7 +140,7 @@ class TokenBackend:
         if len(digests) != 1:
             return False
         key = reserved(_TOKENS, digests[0])
-        async with self.store.lock(key, _LOCK_TIMEOUT):
+        async with self._locks.hold(self.store, key, _LOCK_TIMEOUT):
             return await self.store.delete(key)
 
     async def lookup(self, token: str) -> Principal | None:
@@ -168,7 +169,8 @@ class TokenBackend:
             return
         self._touched[digest] = now
         key = reserved(_TOKENS, digest)
-        async with self.store.lock(key, _LOCK_TIMEOUT) as held:  # never resurrect a revoked token
+        # under the lock: never resurrect a revoked token
+        async with self._locks.hold(self.store, key, _LOCK_TIMEOUT) as held:
             found, current = await self.store.read(key) if held else (False, None)
             if found and isinstance(current, dict):
                 await self.store.write(key, {**current, "last_used_at": now})

@@ -13,7 +13,8 @@ scope id                    key                     value
 A session's conversation is an ordinary GR-MEM conversation: scope
 ``session``, scope id the session id, key :data:`TRANSCRIPT_KEY`, appended
 through :meth:`flowmem.AsyncMemory.append` with the MEM-8 memory principal.
-Updates of a record are serialized by the store's per-key lock. Every
+Updates of a record are serialized by the store's per-key lock (behind an
+in-process lock per key, :class:`~.registry.KeyLocks`). Every
 method is a coroutine over an :class:`~flowmem.store.AsyncStore`.
 """
 
@@ -30,7 +31,7 @@ from ..access import SESSION_STATUSES, SessionRecord, memory_principal
 from ..errors import KeyConflict, StoreBusy
 from ..scopes import ExecutionContext, StorageKey
 from ..store import AsyncStore
-from .registry import RESERVED_SCOPE, as_mapping, reserved
+from .registry import RESERVED_SCOPE, KeyLocks, as_mapping, reserved
 
 __all__ = ["TRANSCRIPT_KEY", "SessionRegistry", "session_context"]
 
@@ -55,6 +56,7 @@ class SessionRegistry:
 
     def __init__(self, store: AsyncStore) -> None:
         self.store = store
+        self._locks = KeyLocks()
 
     async def create(self, owner: str | None, title: str) -> SessionRecord:
         """A new session (server-made id) owned by ``owner`` (``None``: owner-less)."""
@@ -95,7 +97,7 @@ class SessionRegistry:
                change: Callable[[SessionRecord], SessionRecord]) -> SessionRecord | None:
         """Read-modify-write one record under its lock; ``None`` if it is gone."""
         key = reserved(_SESSIONS, session_id)
-        async with self.store.lock(key, _LOCK_TIMEOUT) as held:
+        async with self._locks.hold(self.store, key, _LOCK_TIMEOUT) as held:
             if not held:
                 raise StoreBusy(f"session {session_id} stayed locked past {_LOCK_TIMEOUT}s")
             current = await self.load(session_id)
