@@ -17,9 +17,10 @@ from typing import Any, Final
 from ..scopes import StorageKey
 from ..store import AsyncStore
 
-__all__ = ["RESERVED_SCOPE", "KeyLocks", "as_mapping", "reserved"]
+__all__ = ["RESERVED_SCOPE", "KeyLocks", "as_mapping", "lock_key", "reserved"]
 
 RESERVED_SCOPE: Final = "_flowmem"
+HELD_AT_ONCE: Final = 3
 
 
 def reserved(scope_id: str, key: str) -> StorageKey:
@@ -32,6 +33,11 @@ def as_mapping(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def lock_key(key: StorageKey) -> StorageKey:
+    """The key whose store lock guards updates of the record at ``key`` (see KeyLocks)."""
+    return StorageKey(key.scope, f"lock/{key.scope_id}", key.key)
+
+
 class KeyLocks:
     """The service's read-modify-write lock on one of its records: in-process first, then
     the store's lock (across processes).
@@ -41,11 +47,22 @@ class KeyLocks:
     waits for another process, never for a coroutine of this one, whose next store
     call might have to pass through the same connection (a SQLite store's one
     connection thread) that the wait occupies.
+
+    The store's lock is taken on a sidecar key (:func:`lock_key`), never on the
+    record's own: a store's write or delete of a key takes that key's MEM-12
+    lock itself, in a transaction of its own (PostgreSQL's advisory lock), so
+    holding the record's own lock across its write would wait on itself.
+
+    At most :data:`HELD_AT_ONCE` store locks are held at once per instance: a
+    holder's reads and writes need connections of their own, so a pooled store
+    (PostgreSQL's ``pool_max``, 10 by default) must never have every connection
+    held by a lock whose holder waits for one more.
     """
 
     def __init__(self) -> None:
         self._locks: dict[StorageKey, asyncio.Lock] = {}
         self._waiting: dict[StorageKey, int] = {}
+        self._holders = asyncio.Semaphore(HELD_AT_ONCE)
 
     @asynccontextmanager
     async def hold(self, store: AsyncStore, key: StorageKey,
@@ -55,21 +72,31 @@ class KeyLocks:
         lock = self._locks.setdefault(key, asyncio.Lock())
         self._waiting[key] = self._waiting.get(key, 0) + 1
         try:
-            try:
-                await asyncio.wait_for(lock.acquire(), timeout)
-            except TimeoutError:
-                acquired = False
-            else:
-                acquired = True
-            if not acquired:
+            if not await _acquire(lock, deadline):
                 yield False
                 return
             try:
-                async with store.lock(key, max(deadline - time.monotonic(), 0.0)) as held:
-                    yield held
+                if not await _acquire(self._holders, deadline):
+                    yield False
+                    return
+                try:
+                    async with store.lock(lock_key(key),
+                                          max(deadline - time.monotonic(), 0.0)) as held:
+                        yield held
+                finally:
+                    self._holders.release()
             finally:
                 lock.release()
         finally:
             self._waiting[key] -= 1
             if not self._waiting[key]:
                 del self._waiting[key], self._locks[key]
+
+
+async def _acquire(lock: asyncio.Lock | asyncio.Semaphore, deadline: float) -> bool:
+    """Whether ``lock`` was acquired before ``deadline`` (``time.monotonic``)."""
+    try:
+        await asyncio.wait_for(lock.acquire(), max(deadline - time.monotonic(), 0.0))
+    except TimeoutError:
+        return False
+    return True
