@@ -332,8 +332,8 @@ def test_any_body_on_any_door_is_answered_never_a_5xx(body: bytes,
     assert response.status_code < 500, response.text
     if not body:
         return  # an absent body reads as {} (API-1): the door's own answer
-    try:
-        document = json.loads(body)
+    try:  # the gate reads UTF-8 only; json.loads alone would also take UTF-16 or a BOM
+        document = json.loads(body.decode("utf-8"))
     except ValueError:
         document = None
         assert response.json()["error_code"].startswith("body_")
