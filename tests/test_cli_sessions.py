@@ -79,6 +79,8 @@ def test_create_show_list_stop_viewers(tmp_path: Path) -> None:
     assert [json.loads(line)["id"] for line in mine] == [sid]
     assert len(_ok(url, "sessions", "list", "--limit", "1", "--json").splitlines()) == 1
     assert _ok(url, "sessions", "list", "--offset", "2", "--json") == ""
+    second = _ok(url, "sessions", "list", "--offset", "1", "--limit", "1", "--json")
+    assert json.loads(second)["id"] == sorted([sid, other["id"]])[1]  # oldest id first
 
     added = json.loads(_ok(url, "sessions", "viewers", "add", sid, "bob"))
     assert added["viewers"] == ["bob"]

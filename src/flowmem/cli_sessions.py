@@ -117,16 +117,22 @@ def create(owner: str | None, owner_less: bool, title: str, as_json: bool,
         click.echo(record.id)
 
 
-async def _every(registry: SessionRegistry, memory: AsyncMemory) -> list[SessionRecord]:
+async def _every(registry: SessionRegistry, memory: AsyncMemory, offset: int,
+                 limit: int | None) -> list[SessionRecord]:
+    """Every session in id order, from ``offset``, at most ``limit``: the ids are read
+    in pages, and only the records shown are loaded."""
     from .server.registry import RESERVED_SCOPE
 
-    found: list[SessionRecord] = []
+    ids: list[str] = []
     after: str | None = None
-    while batch := await memory.store.keys(RESERVED_SCOPE, "sessions", after=after,
-                                           limit=_PAGE):
-        found += [r for r in [await registry.load(i) for i in batch] if r is not None]
+    while limit is None or len(ids) < offset + limit:
+        batch = await memory.store.keys(RESERVED_SCOPE, "sessions", after=after, limit=_PAGE)
+        if not batch:
+            break
+        ids += batch
         after = batch[-1]
-    return found
+    shown = ids[offset:] if limit is None else ids[offset:offset + limit]
+    return [r for r in [await registry.load(i) for i in shown] if r is not None]
 
 
 @sessions.command("list")
@@ -149,8 +155,8 @@ def listing(user: str | None, shared: bool, limit: int | None, offset: int, as_j
         found, _ = with_registry(store, lambda registry, _: registry.listing(
             who, relation, offset=offset, limit=limit or 2**31))
     else:
-        found = with_registry(store, _every)[offset:]
-        found = found[:limit] if limit else found
+        found = with_registry(store, lambda registry, memory: _every(registry, memory,
+                                                                     offset, limit))
     if as_json:
         for record in found:
             click.echo(json.dumps(record.to_json(), ensure_ascii=True))
