@@ -31,7 +31,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from backends import POSTGRES_URL, REDIS_URL, unavailable
 from server_support import free_port
 
-__all__ = ["ROOT", "Example", "Outcome", "chains", "doc_paths", "examples", "run_chain"]
+__all__ = ["ROOT", "Example", "Outcome", "adapt", "chains", "console_commands", "doc_paths",
+           "examples", "run_chain"]
 
 ROOT = Path(__file__).resolve().parent.parent
 LANGUAGES = frozenset({"sh", "bash", "console", "python"})
@@ -83,7 +84,8 @@ def examples(path: Path) -> list[Example]:
             continue
         before = text[:match.start()].rstrip("\n").rpartition("\n")[2].strip()
         marker = NOT_RUN.match(before)
-        found.append(Example(str(path.relative_to(ROOT)), text.count("\n", 0, match.start()) + 1,
+        doc = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else path.name
+        found.append(Example(doc, text.count("\n", 0, match.start()) + 1,
                              match["lang"], match["code"],
                              marker["reason"] if marker else None, before == CONTINUES))
     return found
@@ -184,7 +186,7 @@ def environment(home: Path) -> dict[str, str]:
     return env
 
 
-def _console_commands(code: str) -> str:
+def console_commands(code: str) -> str:
     """A ``console`` block's commands (the ``$ `` lines and their continuations)."""
     commands, going = [], False
     for line in code.splitlines():
@@ -201,7 +203,7 @@ def _command(example: Example, code: str, scratch: Path) -> list[str]:
         script.write_text(code, encoding="utf-8")
         return ["python", str(script)]
     if example.lang == "console":
-        code = _console_commands(code)
+        code = console_commands(code)
     # Background jobs (a `flowmem serve &`) are stopped however the script ends.
     script.with_suffix(".sh").write_text(
         "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + code, encoding="utf-8")

@@ -39,7 +39,16 @@ from pathlib import Path
 import pytest
 
 from backends import SESSION_TAG, unavailable
-from docs_support import ROOT, Example, chains, doc_paths, examples, run_chain
+from docs_support import (
+    ROOT,
+    Example,
+    adapt,
+    chains,
+    console_commands,
+    doc_paths,
+    examples,
+    run_chain,
+)
 
 ALL: list[Example] = [example for path in doc_paths() for example in examples(path)]
 CHAINS = chains(ALL)
@@ -115,3 +124,52 @@ def test_docs_never_point_outside_the_repository() -> None:
                 continue
             assert (path.parent / target).resolve().is_relative_to(ROOT), (path.name, target)
             assert (path.parent / target).exists(), f"{path.name}: broken link {target}"
+
+
+SAMPLE = """# t
+
+```sh
+echo one
+```
+
+<!-- continues the previous example -->
+```bash
+echo two
+```
+
+<!-- not run: serves until stopped -->
+```python
+print("never")
+```
+
+```json
+{"not": "an example"}
+```
+
+```console
+$ echo three \\
+  four
+three four
+```
+"""
+
+
+def test_the_extractor_reads_fences_and_markers(tmp_path: Path) -> None:
+    doc = tmp_path / "sample.md"
+    doc.write_text(SAMPLE, encoding="utf-8")
+    found = examples(doc)
+    assert [(e.lang, e.not_run, e.continues) for e in found] == [
+        ("sh", None, False), ("bash", None, True),
+        ("python", "serves until stopped", False), ("console", None, False)]
+    assert [[e.lang for e in chain] for chain in chains(found)] == [["sh", "bash"], ["console"]]
+    assert console_commands(found[-1].code) == "echo three \\\n  four\n"
+
+
+def test_services_are_moved_to_this_run() -> None:
+    code = ("flowmem serve --port 8080 --store 'redis://localhost:6379/0?prefix=app'\n"
+            "psql postgresql://127.0.0.1/test?schema=s; curl db.internal:8080 redis://h.example/0")
+    adapted, needs = adapt(code, port=5555, tag="T")
+    assert needs == {"redis", "postgres"}
+    assert "8080" not in adapted and adapted.count("5555") == 2
+    assert "prefix=T_app" in adapted and "schema=T_s" in adapted
+    assert "redis://h.example/0" in adapted  # not local: left for the example to fail on
