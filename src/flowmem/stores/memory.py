@@ -16,7 +16,7 @@ from ..errors import IdempotencyConflict, KeyConflict
 from ..messages import Message, json_copy
 from ..plan import plan_append
 from ..scopes import StorageKey
-from ..store import AppendOutcome, AppendStats, HistoryPage, Idempotency
+from ..store import AppendOutcome, HistoryPage, Idempotency, plan_stats
 from .locks import KeyLocks
 
 __all__ = ["InMemoryStore"]
@@ -103,9 +103,7 @@ class InMemoryStore:
             plan = plan_append(buffer.view(incoming), incoming)
             buffer.apply(plan, max_messages=max_messages)
             self._record(idempotency, (len(buffer), plan.appended))
-            stats = AppendStats(plan.dropped_results, plan.dropped_turns, plan.healed,
-                                plan.replaced)
-            return AppendOutcome(len(buffer), plan.appended, serialized, stats)
+            return AppendOutcome(len(buffer), plan.appended, serialized, plan_stats(plan))
 
     def _buffer(self, key: StorageKey, *, create: bool) -> ConversationBuffer | None:
         held = self._data.get(key)

@@ -52,7 +52,7 @@ from ..plan import (
     plan_append,
 )
 from ..scopes import StorageKey
-from ..store import AppendOutcome, AppendStats, HistoryPage, Idempotency
+from ..store import AppendOutcome, HistoryPage, Idempotency, plan_stats
 
 __all__ = [
     "AsyncExecute",
@@ -197,8 +197,7 @@ class SQLConversations:
         count, appended = yield from self.apply(buffer_id, count, next_pos, plan, max_messages)
         if idempotency is not None:
             yield from self.record(idempotency, {"count": count, "appended": appended})
-        stats = AppendStats(plan.dropped_results, plan.dropped_turns, plan.healed, plan.replaced)
-        return AppendOutcome(count, appended, serialized, stats)
+        return AppendOutcome(count, appended, serialized, plan_stats(plan))
 
     # -- idempotency keys (recorded in the transaction of the change they guard) ----
     @staticmethod
