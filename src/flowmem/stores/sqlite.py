@@ -67,6 +67,7 @@ from ..store import AppendOutcome, HistoryPage, Idempotency
 from .locks import KeyLocks, key_locks
 from .sql import Execute, Program, SQLConversations, T, drive, encode
 from .sqlite_files import DatabaseFiles, FileIdentity
+from .sqlite_group import AppendRequest, GroupAborted, each_alone, group_locks, run_group
 from .sqlite_schema import (
     MIGRATIONS,
     MIN_SQLITE_VERSION,
@@ -315,6 +316,18 @@ class SQLiteStore:
                idempotency: Idempotency | None = None) -> AppendOutcome:
         with self._locks.hold(key, lock_timeout) as serialized:
             return self._run(_SQL.append(key, incoming, max_messages, serialized, idempotency))
+
+    def append_group(self, requests: Sequence[AppendRequest]) -> list[AppendOutcome | Exception]:
+        """Several appends in ONE transaction (group commit, :mod:`.sqlite_group`).
+
+        Returns one answer per request, in order: its outcome, or the error that
+        refused it alone. Each append is as atomic and as serialized as alone.
+        """
+        try:
+            with group_locks(self._locks, requests) as serialized:
+                return run_group(self._transaction, _SQL, requests, serialized)
+        except GroupAborted:  # rolled back whole: each append alone gets its own answer
+            return each_alone(self.append, requests)
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:
