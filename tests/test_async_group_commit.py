@@ -56,12 +56,25 @@ def groups(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
     yield sizes
 
 
+async def _occupy(store: AsyncSQLiteStore, release: threading.Event) -> asyncio.Future[Any]:
+    """Give the connection thread a job that waits for ``release``; return once it runs."""
+    entered = threading.Event()
+
+    def wait() -> None:
+        entered.set()
+        release.wait(30)
+
+    busy = asyncio.ensure_future(store._call(wait))
+    while not entered.is_set():  # the database opens first on that thread
+        await asyncio.sleep(0.01)
+    return busy
+
+
 async def _behind_a_busy_thread(store: AsyncSQLiteStore,
                                 calls: list[Callable[[], Awaitable[Any]]]) -> list[Any]:
     """Queue ``calls`` while the connection thread is busy, then let it drain them."""
     release = threading.Event()
-    busy = asyncio.ensure_future(store._call(lambda: release.wait(30)))
-    await asyncio.sleep(0.05)  # the thread has taken the busy job
+    busy = await _occupy(store, release)
     tasks = [asyncio.ensure_future(call()) for call in calls]
     for _ in range(5):
         await asyncio.sleep(0)  # every task reaches the queue
@@ -136,8 +149,7 @@ def test_a_cancelled_queued_append_never_runs(url: str, groups: list[int]) -> No
         memory = AsyncMemory(store)
         release = threading.Event()
         try:
-            busy = asyncio.ensure_future(store._call(lambda: release.wait(30)))
-            await asyncio.sleep(0.05)
+            busy = await _occupy(store, release)
             tasks = [asyncio.ensure_future(memory.append("session", "chat", _turn(f"c{i}"),
                                                          context=CTX)) for i in range(4)]
             for _ in range(5):
@@ -179,8 +191,7 @@ def test_a_running_group_commits_whole_when_cancelled(url: str,
         memory = AsyncMemory(store, lock_timeout=1.0)
         try:
             gate = threading.Event()
-            busy = asyncio.ensure_future(store._call(lambda: gate.wait(30)))
-            await asyncio.sleep(0.05)
+            busy = await _occupy(store, gate)
             tasks = [asyncio.ensure_future(memory.append("session", "chat", _turn(f"c{i}"),
                                                          context=CTX)) for i in range(2)]
             for _ in range(5):
