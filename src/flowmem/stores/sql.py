@@ -119,9 +119,12 @@ _CLAIM: Final = (
 _PURGE_ONE_IN: Final = 64  # expired idempotency records are purged by one write in 64
 
 
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+
+
 def encode(value: Any) -> str:
     """JSON text, ASCII only (NUL and lone surrogates escaped)."""
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return _ENCODER.encode(value)  # one encoder: json.dumps builds one per call with options
 
 
 def decode(text: str) -> Any:

@@ -26,7 +26,7 @@ import math
 import sqlite3
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
 from ..messages import Message
@@ -38,6 +38,7 @@ from .sql import Execute, SQLConversations, drive
 __all__ = ["AppendRequest", "GroupAborted", "each_alone", "group_locks", "run_group"]
 
 _SAVEPOINT = "flowmem_append"
+Answers = list[AppendOutcome | Exception]
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +73,9 @@ def group_locks(locks: KeyLocks, requests: Sequence[AppendRequest]) -> Iterator[
 
 
 def each_alone(append: Callable[..., AppendOutcome],
-               requests: Sequence[AppendRequest]) -> list[AppendOutcome | Exception]:
+               requests: Sequence[AppendRequest]) -> Answers:
     """Every request as its own append (after a group was rolled back); one answer each."""
-    answers: list[AppendOutcome | Exception] = []
+    answers: Answers = []
     for r in requests:
         try:
             answers.append(append(r.key, r.incoming, max_messages=r.max_messages,
@@ -84,15 +85,16 @@ def each_alone(append: Callable[..., AppendOutcome],
     return answers
 
 
-def run_group(transaction: Callable[[], AbstractContextManager[Execute]], sql: SQLConversations,
-              requests: Sequence[AppendRequest],
-              serialized: Sequence[bool]) -> list[AppendOutcome | Exception]:
+def run_group(within: Callable[[Callable[[Execute], Answers]], Answers], sql: SQLConversations,
+              requests: Sequence[AppendRequest], serialized: Sequence[bool]) -> Answers:
     """Run ``requests`` in one transaction, each in its own savepoint; one answer each.
 
-    Raises :class:`GroupAborted` (after the rollback) when the database fails.
+    ``within`` runs a body in one transaction (``SQLiteStore._within``). Raises
+    :class:`GroupAborted` (after the rollback) when the database fails.
     """
-    answers: list[AppendOutcome | Exception] = []
-    with transaction() as execute:
+
+    def body(execute: Execute) -> Answers:
+        answers: Answers = []
         for request, held in zip(requests, serialized, strict=True):
             execute(f"SAVEPOINT {_SAVEPOINT}", ())
             program = sql.append(request.key, request.incoming, request.max_messages, held,
@@ -105,4 +107,6 @@ def run_group(transaction: Callable[[], AbstractContextManager[Execute]], sql: S
                 execute(f"ROLLBACK TO {_SAVEPOINT}", ())
                 answers.append(refused)
             execute(f"RELEASE {_SAVEPOINT}", ())
-    return answers
+        return answers
+
+    return within(body)
