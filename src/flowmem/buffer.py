@@ -231,7 +231,8 @@ class ConversationBuffer:
 
     def apply(self, plan: AppendPlan, *, max_messages: int | None) -> None:
         """Execute a plan, then the window."""
-        self._freeze_last()
+        if self._last is not None:
+            self._freeze_last()
         added: dict[int, int] = {}
         for op in plan.ops:
             if isinstance(op, AddEntry):
@@ -251,9 +252,12 @@ class ConversationBuffer:
         return pos
 
     def _add(self, op: AddEntry) -> int:
-        pos = self._push(op.message)
+        pos = self._next
+        self._next += SLOT
+        entry = _Entry(pos, op.message)
+        self._entries.append(entry)
         if op.answers is not None:
-            self._results[op.answers] = [self._entries[-1]]
+            self._results[op.answers] = [entry]
             self._healed[op.answers] = op.healed
             self._pending.pop(op.answers, None)
         for order, call in enumerate(op.declares):

@@ -18,7 +18,6 @@ import json
 import logging
 import time
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from .buffer import check_max_messages
@@ -51,13 +50,22 @@ MAX_KEYS_PAGE: Final = 1000
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
 class StoreCall:
-    """One store method call an operation needs: ``store.<method>(*args, **kwargs)``."""
+    """One store method call an operation needs: ``store.<method>(*args, **kwargs)``.
 
-    method: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    A plain slotted class, not a dataclass: one is built per operation (the hot path).
+    """
+
+    __slots__ = ("args", "kwargs", "method")
+
+    def __init__(self, method: str, args: tuple[Any, ...],
+                 kwargs: dict[str, Any] | None = None) -> None:
+        self.method = method
+        self.args = args
+        self.kwargs = {} if kwargs is None else kwargs
+
+    def __repr__(self) -> str:
+        return f"StoreCall({self.method!r}, {self.args!r}, {self.kwargs!r})"
 
 
 Operation = Generator[StoreCall, Any, T]

@@ -71,8 +71,10 @@ def _copy(value: Any, depth: int) -> Any:
     kind = type(value)
     if kind is str or value is None or kind is bool:
         return value
-    if kind is dict and depth < MAX_JSON_DEPTH:  # the common case, without ABC checks
+    if kind is dict and depth < MAX_JSON_DEPTH:  # the common cases, without ABC checks
         return _copy_mapping(value, depth)
+    if kind is list and depth < MAX_JSON_DEPTH:
+        return _copy_list(value, depth)
     return _copy_other(value, depth)
 
 
@@ -112,15 +114,19 @@ def _copy_other(value: Any, depth: int) -> Any:
     if isinstance(value, Mapping):
         return _copy_mapping(value, depth)
     if isinstance(value, list | tuple):
-        copied = []
-        for index, item in enumerate(value):
-            try:
-                copied.append(_copy(item, depth + 1))
-            except _NotJSON as exc:
-                exc.steps.append(f"[{index}]")
-                raise
-        return copied
+        return _copy_list(value, depth)
     raise _NotJSON(f"{type(value).__name__} is not JSON-serializable")
+
+
+def _copy_list(value: list[Any] | tuple[Any, ...], depth: int) -> list[Any]:
+    copied = []
+    for index, item in enumerate(value):
+        try:
+            copied.append(_copy(item, depth + 1))
+        except _NotJSON as exc:
+            exc.steps.append(f"[{index}]")
+            raise
+    return copied
 
 
 def _joined(path: str) -> str:

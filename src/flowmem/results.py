@@ -92,13 +92,13 @@ class ScopedAppendResult(AppendResult):
 
     __slots__ = ("_aload", "refused", "replayed", "resolved_scope_id", "scope", "serialized")
 
-    def __init__(self, *, scope: str, resolved_scope_id: str, serialized: bool = True,
-                 refused: bool = False, replayed: bool = False,
-                 aload: Callable[[], Awaitable[list[Message]]] | None = None,
-                 **kwargs: Any) -> None:
-        if aload is not None:
-            kwargs["load"] = _not_loaded
-        super().__init__(**kwargs)
+    def __init__(self, *, scope: str, resolved_scope_id: str, count: int, appended: int,
+                 serialized: bool = True, refused: bool = False, replayed: bool = False,
+                 messages: list[Message] | None = None,
+                 load: Callable[[], list[Message]] | None = None,
+                 aload: Callable[[], Awaitable[list[Message]]] | None = None) -> None:
+        super().__init__(count=count, appended=appended, messages=messages,
+                         load=_not_loaded if aload is not None else load)
         self.scope = scope
         self.resolved_scope_id = resolved_scope_id
         self.serialized = serialized

@@ -43,18 +43,19 @@ _POLL_MAX: Final = 0.02
 
 def stripe_of(key: StorageKey) -> int:
     """The stripe a storage key locks (stable across processes and machines)."""
-    stripe = _stripes.get(key)
+    names = (key.scope, key.scope_id, key.key)  # a tuple hashes in C, a dataclass does not
+    stripe = _stripes.get(names)
     if stripe is None:
         raw = "\x00".join((key.scope, key.scope_id, key.key)).encode("utf-8", "surrogatepass")
         stripe = int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big") % STRIPES
         if len(_stripes) >= _STRIPE_CACHE:
             _stripes.clear()
-        _stripes[key] = stripe
+        _stripes[names] = stripe
     return stripe
 
 
 _STRIPE_CACHE: Final = 4096
-_stripes: dict[StorageKey, int] = {}  # the hot keys' stripes (a hash per append otherwise)
+_stripes: dict[tuple[str, str, str], int] = {}  # hot keys: no blake2b per append
 
 
 class KeyLocks:
