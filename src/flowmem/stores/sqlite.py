@@ -65,9 +65,10 @@ from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
 from .locks import KeyLocks, key_locks
-from .sql import Execute, Program, SQLConversations, T, drive, encode
+from .sql import Execute, Program, T, drive, encode
 from .sqlite_files import DatabaseFiles, FileIdentity
 from .sqlite_group import AppendRequest, GroupAborted, each_alone, group_locks, run_group
+from .sqlite_programs import SQLiteConversations
 from .sqlite_schema import (
     MIGRATIONS,
     MIN_SQLITE_VERSION,
@@ -354,7 +355,7 @@ class SQLiteStore:
         self._local = threading.local()
 
 
-_SQL: Final = SQLConversations()  # SQLite's BEGIN IMMEDIATE already holds the write lock
+_SQL: Final = SQLiteConversations()  # BEGIN IMMEDIATE already holds the write lock
 
 _writer_mutexes: dict[str, threading.Lock] = {}
 _writer_guard = threading.Lock()
