@@ -28,8 +28,9 @@ if __package__ in (None, ""):
 
 from bench.workload import conversation
 from flowmem import AsyncMemory, ExecutionContext
-from flowmem.stores.embedded_async import MAX_GROUP, AsyncSQLiteStore
+from flowmem.stores.embedded_async import AsyncSQLiteStore
 from flowmem.stores.sqlite import SQLiteStore
+from flowmem.stores.sqlite_thread import MAX_GROUP
 
 CTX = ExecutionContext(workflow_id="bench", session_id="bench")
 

@@ -240,3 +240,27 @@ def test_many_concurrent_tasks_lose_and_double_nothing(url: str, groups: list[in
             assert len(results) == len(set(results)) == 80
             assert not any(m["metadata"].get("healed") for m in stored)
             assert len(stored) == 160
+
+
+def test_a_dropped_store_lets_its_thread_go(url: str) -> None:
+    """A store dropped without aclose() does not keep its connection thread (nor itself)."""
+    import gc
+
+    def threads() -> int:
+        return sum(t.name == "flowmem-sqlite" and t.is_alive() for t in threading.enumerate())
+
+    before = threads()
+
+    async def run() -> None:
+        for _ in range(5):
+            store = AsyncSQLiteStore.from_url(url)
+            await store.keys("global", "")
+            del store
+
+    asyncio.run(run())
+    gc.collect()
+    for _ in range(200):
+        if threads() <= before:
+            break
+        threading.Event().wait(0.01)
+    assert threads() <= before

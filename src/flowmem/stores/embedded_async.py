@@ -28,10 +28,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
-from queue import Empty, SimpleQueue
 from typing import Any, Final, TypeVar
 
 from ..errors import StoreError
@@ -41,13 +41,12 @@ from ..store import AppendOutcome, HistoryPage, Idempotency, Store
 from .memory import InMemoryStore
 from .sqlite import SQLiteStore
 from .sqlite_group import AppendRequest
+from .sqlite_thread import MAX_GROUP, ConnectionThread, Job
 
 __all__ = ["AsyncInMemoryStore", "AsyncSQLiteStore"]
 
 _T = TypeVar("_T")
 _POLL: Final = 0.001
-MAX_GROUP: Final = 64
-"""At most this many queued appends share one transaction."""
 
 
 class AsyncInMemoryStore:
@@ -111,18 +110,6 @@ async def _polled(hold: Callable[[float], AbstractContextManager[bool]],
         held.__exit__(None, None, None)
 
 
-class _Job:
-    """One queued operation: a call, or an append that may join a group."""
-
-    __slots__ = ("append", "function", "future")
-
-    def __init__(self, function: Callable[[], Any] | None,
-                 append: AppendRequest | None = None) -> None:
-        self.function = function
-        self.append = append
-        self.future: Future[Any] = Future()
-
-
 class AsyncSQLiteStore:
     """``sqlite://`` for asyncio: the blocking store on one connection thread of its own.
 
@@ -134,15 +121,11 @@ class AsyncSQLiteStore:
     """
 
     def __init__(self, opener: Callable[[], Store], *, max_group: int = MAX_GROUP) -> None:
-        self._queue: SimpleQueue[_Job | None] = SimpleQueue()
         self._guard = threading.Lock()
         self._closed = False
-        self._max_group = max(1, max_group)
-        self._opened: Store | None = None
-        self._open_error: BaseException | None = None
-        self._thread = threading.Thread(target=self._serve, args=(opener,),
-                                        name="flowmem-sqlite", daemon=True)
-        self._thread.start()
+        self._connection = ConnectionThread(opener, max_group)
+        # a store dropped without aclose() still lets its thread go
+        weakref.finalize(self, self._connection.queue.put, None)
 
     @classmethod
     def from_url(cls, url: str) -> AsyncSQLiteStore:
@@ -151,81 +134,18 @@ class AsyncSQLiteStore:
 
     @property
     def _store(self) -> Store:
-        # only ever called on the connection thread, after the opener ran
-        if self._opened is None:
-            assert self._open_error is not None
-            raise self._open_error
-        return self._opened
-
-    # -- the connection thread -------------------------------------------------------
-    def _serve(self, opener: Callable[[], Store]) -> None:
-        try:
-            self._opened = opener()
-        except BaseException as exc:  # raised again by every call
-            self._open_error = exc
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            batch = [job]
-            while len(batch) < self._max_group:  # what queued meanwhile joins
-                try:
-                    more = self._queue.get_nowait()
-                except Empty:
-                    break
-                if more is None:
-                    self._queue.put(None)  # serve the batch, then stop
-                    break
-                batch.append(more)
-            self._run_batch(batch)
-
-    def _run_batch(self, batch: list[_Job]) -> None:
-        appends: list[_Job] = []
-        for job in batch:
-            if job.append is not None:
-                appends.append(job)
-                continue
-            self._run_appends(appends)  # in queue order: earlier appends first
-            appends = []
-            if job.future.set_running_or_notify_cancel():  # a cancelled job never runs
-                _settle(job.future, job.function)
-        self._run_appends(appends)
-
-    def _run_appends(self, jobs: list[_Job]) -> None:
-        live = [job for job in jobs if job.future.set_running_or_notify_cancel()]
-        if not live:
-            return
-        group = getattr(self._opened, "append_group", None)
-        if len(live) == 1 or group is None:
-            for job in live:
-                _settle(job.future, job.function)
-            return
-        try:
-            answers = group([job.append for job in live])
-        except BaseException as exc:
-            for job in live:
-                job.future.set_exception(exc)
-            return
-        for job, answer in zip(live, answers, strict=True):
-            if isinstance(answer, BaseException):
-                job.future.set_exception(answer)
-            else:
-                job.future.set_result(answer)
-
-    def _close_store(self) -> None:
-        if self._opened is not None:
-            self._opened.close()
+        return self._connection.store  # only ever called on the connection thread
 
     # -- the loop's side ----------------------------------------------------------------
-    def _submit(self, job: _Job) -> Future[Any]:
+    def _submit(self, job: Job) -> Future[Any]:
         with self._guard:
             if self._closed:
                 raise StoreError("the store is closed")
-            self._queue.put(job)
+            self._connection.queue.put(job)
         return job.future
 
     async def _call(self, function: Callable[[], _T]) -> _T:
-        result: _T = await asyncio.wrap_future(self._submit(_Job(function)))
+        result: _T = await asyncio.wrap_future(self._submit(Job(function)))
         return result
 
     async def read(self, key: StorageKey) -> tuple[bool, Any]:
@@ -242,7 +162,7 @@ class AsyncSQLiteStore:
                      max_messages: int | None, lock_timeout: float,
                      idempotency: Idempotency | None = None) -> AppendOutcome:
         request = AppendRequest(key, incoming, max_messages, lock_timeout, idempotency)
-        job = _Job(lambda: self._store.append(
+        job = Job(lambda: self._store.append(
             key, incoming, max_messages=max_messages, lock_timeout=lock_timeout,
             idempotency=idempotency), request)
         outcome: AppendOutcome = await asyncio.wrap_future(self._submit(job))
@@ -275,22 +195,12 @@ class AsyncSQLiteStore:
             await asyncio.shield(self._call(lambda: context.__exit__(None, None, None)))
 
     async def aclose(self) -> None:
-        closing = _Job(self._close_store)
+        closing = Job(self._connection.close_store)
         with self._guard:
             if self._closed:
                 return
             self._closed = True
-            self._queue.put(closing)
-            self._queue.put(None)  # the thread stops after what was queued before
+            self._connection.queue.put(closing)
+            self._connection.queue.put(None)  # the thread stops after what was queued before
         await asyncio.wrap_future(closing.future)
 
-
-def _settle(future: Future[Any], function: Callable[[], Any] | None) -> None:
-    """Run ``function`` and give its answer to ``future`` (already marked running)."""
-    assert function is not None
-    try:
-        answer = function()
-    except BaseException as exc:
-        future.set_exception(exc)
-    else:
-        future.set_result(answer)
