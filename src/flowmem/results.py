@@ -97,8 +97,14 @@ class ScopedAppendResult(AppendResult):
                  messages: list[Message] | None = None,
                  load: Callable[[], list[Message]] | None = None,
                  aload: Callable[[], Awaitable[list[Message]]] | None = None) -> None:
-        super().__init__(count=count, appended=appended, messages=messages,
-                         load=_not_loaded if aload is not None else load)
+        if aload is not None:
+            load = _not_loaded
+        elif messages is None and load is None:
+            raise ValueError("AppendResult needs messages or a loader")
+        self.count = count  # AppendResult's fields, set here: one call less per append
+        self.appended = appended
+        self._messages = messages
+        self._load = load
         self.scope = scope
         self.resolved_scope_id = resolved_scope_id
         self.serialized = serialized
