@@ -32,6 +32,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
+from functools import partial
 from typing import Any, Final, TypeVar
 
 from ..errors import StoreError
@@ -185,14 +186,23 @@ class AsyncSQLiteStore:
 
     @asynccontextmanager
     async def _held(self, key: StorageKey, timeout: float) -> AsyncIterator[bool]:
-        # Taken and released on the connection thread, which owns the thread lock;
-        # the thread stays free for other operations meanwhile.
-        context = await self._call(lambda: self._store.lock(key, timeout))
-        held = await self._call(context.__enter__)
+        # Tried without waiting on the connection thread, and waited for on the loop:
+        # a wait there would stall every other operation of this store, the holder's
+        # own included (a holder's next call would queue behind its waiter).
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            context = await self._call(lambda: self._store.lock(key, 0.0))
+            if await self._call(context.__enter__):
+                break
+            await self._call(partial(context.__exit__, None, None, None))
+            if time.monotonic() >= deadline:
+                yield False
+                return
+            await asyncio.sleep(_POLL)
         try:
-            yield held
+            yield True
         finally:
-            await asyncio.shield(self._call(lambda: context.__exit__(None, None, None)))
+            await asyncio.shield(self._call(partial(context.__exit__, None, None, None)))
 
     async def aclose(self) -> None:
         closing = Job(self._connection.close_store)
