@@ -278,3 +278,31 @@ def test_pop_removes_exactly_the_newest_entry_on_both_faces(both: Backend) -> No
             return left
 
     assert [m["content"] for m in asyncio.run(run())] == ["q"]
+
+
+def test_a_lock_waiter_never_blocks_the_holder_on_sqlite(tmp_path: Path) -> None:
+    """MEM-12 on the asyncio SQLite store: a task waiting for a key's lock waits on the
+    loop, not on the store's one connection thread, so the holder's own calls go on."""
+    from flowmem.scopes import StorageKey
+
+    order: list[str] = []
+
+    async def run() -> None:
+        store = open_async_store(f"sqlite:///{tmp_path / 'l.db'}")
+        key = StorageKey("workflow", "w", "k")
+
+        async def waiter() -> None:
+            async with store.lock(key, 30.0) as had:
+                order.append(f"waiter had={had}")
+
+        async with store.lock(key, 1.0) as had:
+            assert had
+            task = asyncio.create_task(waiter())
+            await asyncio.sleep(0.05)
+            await store.write(StorageKey("workflow", "w", "v"), 1)  # would queue behind a waiter
+            order.append("holder wrote")
+        await task
+        await store.aclose()
+
+    asyncio.run(run())
+    assert order == ["holder wrote", "waiter had=True"]

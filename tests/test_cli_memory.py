@@ -26,7 +26,8 @@ def test_mem3_mem10_mem14_append_and_history_through_the_cli(tmp_path: Path) -> 
     assert run("append", *where, json.dumps(turn))[1]["appended"] == 2
     code, healed = run("append", *where, stdin='{"role": "user", "content": "next"}')
     assert code == 0 and healed == {"scope": "user", "resolved_scope_id": "alice",  # MEM-3
-                                    "refused": False, "count": 4, "appended": 1,
+                                    "refused": False, "replayed": False, "count": 4,
+                                    "appended": 1,
                                     "appended_any": True}
     late = run("append", *where, '{"role": "tool", "tool_call_id": "c1", "content": "r"}')[1]
     assert late["count"] == 4 and late["appended"] == 0  # MEM-10

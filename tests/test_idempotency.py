@@ -5,6 +5,7 @@ public conformance suite)."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 
@@ -75,3 +76,24 @@ def test_a_refused_scope_records_no_key(memory: Memory) -> None:
                            idempotency_key=ikey)
     assert (result.appended, result.replayed) == (1, False)
     memory.close()
+
+
+def test_the_cli_takes_an_idempotency_key(tmp_path: Any) -> None:
+    """``flowmem append|write|delete --idempotency-key``: a retried command changes nothing."""
+    import json
+
+    from click.testing import CliRunner
+
+    from flowmem.cli import main
+
+    where = ["--store", f"sqlite:///{tmp_path / 'c.db'}", "--scope", "user", "--user", "a",
+             "--key", "chat"]
+    run = CliRunner().invoke
+    x, y = '{"role": "user", "content": "x"}', '{"role": "user", "content": "y"}'
+    first = run(main, ["append", *where, "--idempotency-key", "t1", x])
+    again = run(main, ["append", *where, "--idempotency-key", "t1", x])
+    assert [json.loads(r.output)["replayed"] for r in (first, again)] == [False, True]
+    reused = run(main, ["append", *where, "--idempotency-key", "t1", y])
+    assert reused.exit_code == 1 and "different request" in reused.output
+    assert run(main, ["write", *where[:-1], "v", "--idempotency-key", "w1", "1"]).exit_code == 0
+    assert run(main, ["delete", *where[:-1], "v", "--idempotency-key", "d1"]).exit_code == 0

@@ -399,7 +399,9 @@ def test_reserved_scope_is_unreachable_through_memory(world: World) -> None:
 def test_openapi_documents_limits_refusal_and_no_422(world: World) -> None:
     schema = world.call("anonymous", "GET", "/openapi.json").json()
     text = str(schema)
-    assert "422" not in schema["paths"]["/v1/memory/read"]["post"]["responses"]
+    # the one 422 is a reused Idempotency-Key; FastAPI's validation 422 never answers
+    answer = schema["paths"]["/v1/memory/read"]["post"]["responses"]["422"]
+    assert answer["description"] == "Refused: `idempotency_key_reused`."
     for status in ("400", "401", "403", "404", "409", "429", "500", "503"):
         assert status in schema["paths"]["/v1/memory/append"]["post"]["responses"]
     assert "413" not in schema["paths"]["/v1/memory/append"]["post"]["responses"]

@@ -272,7 +272,8 @@ def test_the_schema_describes_the_envelopes() -> None:
             ok = next(v for k, v in operation["responses"].items() if k.startswith("2"))
             ref = ok["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
             assert ref.startswith(("Ok_", "Page_")), (method, path, ref)
-            assert "413" not in operation["responses"] and "422" not in operation["responses"]
+            assert "413" not in operation["responses"]
+            assert "idempotency_key_reused" in operation["responses"]["422"]["description"]
 
 
 # -- STORE-11/12: the session status ---------------------------------------------------------

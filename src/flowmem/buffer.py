@@ -41,8 +41,6 @@ from .plan import (
     PendingCall,
     ReplacePlaceholder,
     TurnRef,
-    mentioned_ids,
-    needs_pending,
     plan_append,
 )
 
@@ -136,8 +134,10 @@ class ConversationBuffer:
         self.max_messages = check_max_messages(max_messages)
         self._entries: list[_Entry] = []
         self._results: dict[str, list[_Entry]] = {}  # id -> its results, oldest first
+        self._healed: dict[str, bool] = {}  # id -> whether its first result is a placeholder
         self._calls: dict[str, list[tuple[int, int]]] = {}
         self._pending: dict[str, PendingCall] = {}
+        self._view = BufferView()
         self._next = 0
         self._last: weakref.ref[AppendResult] | None = None
         self._load(canonical_messages(list(messages), where="messages"))
@@ -153,8 +153,11 @@ class ConversationBuffer:
         by_pos = {e.pos: e for e in self._entries}
         self._results = {call: [by_pos[p] for p in spots]
                          for call, spots in indexes.results.items()}
+        self._healed = {call: is_healed(held[0].message) for call, held in self._results.items()}
         self._calls = indexes.calls
         self._pending = {p.call_id: p for p in indexes.pending}
+        # the planner reads the live indexes (it never changes a view): no copy per append
+        self._view = BufferView(self._healed, self._calls, self._pending.values())
 
     def edit(self, position: int, message: Message | None) -> bool:
         """Replace (or with ``None`` delete) the entry at ``position`` (MEM-15 admin path).
@@ -200,14 +203,13 @@ class ConversationBuffer:
             return len(self._entries)
         return bisect_left(self._entries, before, key=_pos)
 
-    def view(self, incoming: Sequence[Message]) -> BufferView:
-        """What the planner needs to know about this buffer for ``incoming``."""
-        ids = mentioned_ids(incoming)
-        return BufferView(
-            results={i: is_healed(self._results[i][0].message) for i in ids if i in self._results},
-            declared={i for i in ids if i in self._calls},
-            pending=list(self._pending.values()) if needs_pending(incoming) else (),
-        )
+    def view(self, incoming: Sequence[Message] = ()) -> BufferView:
+        """What the planner needs to know about this buffer (for any ``incoming``).
+
+        The view reads the buffer's live indexes: plan against it before the
+        buffer changes again.
+        """
+        return self._view
 
     # -- appending -----------------------------------------------------------
     def append(self, incoming: Message | Sequence[Message]) -> AppendResult:
@@ -229,13 +231,15 @@ class ConversationBuffer:
 
     def apply(self, plan: AppendPlan, *, max_messages: int | None) -> None:
         """Execute a plan, then the window."""
-        self._freeze_last()
+        if self._last is not None:
+            self._freeze_last()
         added: dict[int, int] = {}
         for op in plan.ops:
             if isinstance(op, AddEntry):
                 added[op.ordinal] = self._add(op)
             elif isinstance(op, ReplacePlaceholder):
                 self._results[op.call_id][0].message = op.message
+                self._healed[op.call_id] = is_healed(op.message)
             elif isinstance(op, HealTurn):
                 self._heal(_resolve(op.turn, added), op.call_ids)
         if max_messages is not None:
@@ -248,9 +252,13 @@ class ConversationBuffer:
         return pos
 
     def _add(self, op: AddEntry) -> int:
-        pos = self._push(op.message)
+        pos = self._next
+        self._next += SLOT
+        entry = _Entry(pos, op.message)
+        self._entries.append(entry)
         if op.answers is not None:
-            self._results[op.answers] = [self._entries[-1]]
+            self._results[op.answers] = [entry]
+            self._healed[op.answers] = op.healed
             self._pending.pop(op.answers, None)
         for order, call in enumerate(op.declares):
             self._calls.setdefault(call, []).append((pos, order))
@@ -273,6 +281,7 @@ class ConversationBuffer:
             entry = _Entry(base + offset, healed_placeholder(call))
             self._entries.insert(end + offset, entry)
             self._results[call] = [entry]
+            self._healed[call] = True
             self._pending.pop(call, None)
 
     def _evict(self, excess: int) -> None:
@@ -303,11 +312,15 @@ class ConversationBuffer:
         if held is None or entry not in held:
             return False
         held.remove(entry)
-        if not held:
+        if held:
+            self._healed[call] = is_healed(held[0].message)
+        else:
             del self._results[call]
+            del self._healed[call]
         return True
 
     def _evict_result(self, call: str) -> None:
+        self._healed.pop(call, None)
         for entry in self._results.pop(call, ()):
             del self._entries[self._find(entry.pos)]
 

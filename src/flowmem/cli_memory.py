@@ -36,20 +36,31 @@ def read(store: str | None, scope: str, key: str, **ids: Any) -> None:
     _run(store, lambda m: _as_dict(m.read(scope, key, context=_context(ids))))
 
 
+_IDEMPOTENCY = click.option(
+    "--idempotency-key", "idem", default=None, metavar="KEY",
+    help="Retry safely: the same KEY with the same input changes nothing the second time "
+         "(kept 24 h).")
+
+
 @click.command("write")
 @_where
+@_IDEMPOTENCY
 @click.argument("value", required=False)
-def write(store: str | None, scope: str, key: str, value: str | None, **ids: Any) -> None:
+def write(store: str | None, scope: str, key: str, idem: str | None, value: str | None,
+          **ids: Any) -> None:
     """Write a JSON VALUE (or JSON from stdin) to a key."""
     parsed = _json_argument(value, "VALUE")
-    _run(store, lambda m: _as_dict(m.write(scope, key, parsed, context=_context(ids))))
+    _run(store, lambda m: _as_dict(m.write(scope, key, parsed, context=_context(ids),
+                                           idempotency_key=idem)))
 
 
 @click.command("delete")
 @_where
-def delete(store: str | None, scope: str, key: str, **ids: Any) -> None:
+@_IDEMPOTENCY
+def delete(store: str | None, scope: str, key: str, idem: str | None, **ids: Any) -> None:
     """Delete a key (a value or a conversation)."""
-    _run(store, lambda m: _as_dict(m.delete(scope, key, context=_context(ids))))
+    _run(store, lambda m: _as_dict(m.delete(scope, key, context=_context(ids),
+                                            idempotency_key=idem)))
 
 
 @click.command("append")
@@ -58,17 +69,18 @@ def delete(store: str | None, scope: str, key: str, **ids: Any) -> None:
               help="Window size: keep the newest N entries (oldest evicted). Default: no window.")
 @click.option("--format", "fmt", type=click.Choice(formats.FORMATS), default="canonical",
               show_default=True, help="The dialect MESSAGES are written in (docs/formats.md).")
+@_IDEMPOTENCY
 @click.argument("messages", required=False)
 def append(store: str | None, scope: str, key: str, max_messages: int | None, fmt: str,
-           messages: str | None, **ids: Any) -> None:
+           idem: str | None, messages: str | None, **ids: Any) -> None:
     """Append MESSAGES (a JSON message or list; stdin when omitted) with MEM-1..14."""
     incoming = _json_argument(messages, "MESSAGES")
 
     def work(memory: Memory) -> dict[str, Any]:
         result = memory.append(scope, key, incoming, context=_context(ids), format=fmt,
-                               max_messages=max_messages)
+                               max_messages=max_messages, idempotency_key=idem)
         return {"scope": result.scope, "resolved_scope_id": result.resolved_scope_id,
-                "refused": result.refused, **result.to_dict()}
+                "refused": result.refused, "replayed": result.replayed, **result.to_dict()}
 
     _run(store, work)
 

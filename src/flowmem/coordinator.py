@@ -18,14 +18,13 @@ import json
 import logging
 import time
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from .buffer import check_max_messages
 from .errors import InvalidInput, ScopeRefused
 from .formats import to_canonical
 from .ids import is_key_text
-from .messages import Message, canonical_message, json_copy
+from .messages import Message, canonical_message, canonical_messages, json_copy
 from .metrics import Metrics
 from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from .scopes import ExecutionContext, StorageKey, resolve_scope
@@ -51,13 +50,22 @@ MAX_KEYS_PAGE: Final = 1000
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
 class StoreCall:
-    """One store method call an operation needs: ``store.<method>(*args, **kwargs)``."""
+    """One store method call an operation needs: ``store.<method>(*args, **kwargs)``.
 
-    method: str
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    A plain slotted class, not a dataclass: one is built per operation (the hot path).
+    """
+
+    __slots__ = ("args", "kwargs", "method")
+
+    def __init__(self, method: str, args: tuple[Any, ...],
+                 kwargs: dict[str, Any] | None = None) -> None:
+        self.method = method
+        self.args = args
+        self.kwargs = {} if kwargs is None else kwargs
+
+    def __repr__(self) -> str:
+        return f"StoreCall({self.method!r}, {self.args!r}, {self.kwargs!r})"
 
 
 Operation = Generator[StoreCall, Any, T]
@@ -180,14 +188,17 @@ class MemoryCore:
                 context: ExecutionContext | None, max_messages: int | None,
                 idempotency_key: str | None = None,
                 format: str = "canonical") -> Operation[ScopedAppendResult]:
-        canonical = to_canonical(incoming, format)
+        canonical = (canonical_messages(incoming) if format == "canonical"
+                     else to_canonical(incoming, format))
         window = check_max_messages(max_messages)
         where = self._locate("append", scope, key, context)
         if where is None:
             return ScopedAppendResult(scope=scope, resolved_scope_id="", refused=True, count=0,
                                       appended=0, messages=[])
-        options = {"max_messages": window, "lock_timeout": self.lock_timeout,
-                   **self._idempotency(idempotency_key, "append", where, [canonical, window])}
+        options: dict[str, Any] = {"max_messages": window, "lock_timeout": self.lock_timeout}
+        if idempotency_key is not None:
+            options.update(self._idempotency(idempotency_key, "append", where,
+                                             [canonical, window]))
         outcome = yield StoreCall("append", (where, canonical), options)
         if self.metrics is not None:
             self.metrics.appended(self.backend, outcome)

@@ -124,9 +124,14 @@ def call_id_field(entry: Any) -> str | None:
 
 
 def call_id(entry: Any) -> str | None:
-    """The usable id of one declared call entry, from either spelling (MEM-11)."""
-    spelling = call_id_field(entry)
-    return None if spelling is None else usable_id(entry[spelling])
+    """The usable id of one declared call entry, from either spelling (MEM-11).
+
+    Reads each spelling once, in :func:`call_id_field`'s order (the hot path).
+    """
+    if type(entry) is not dict and not isinstance(entry, Mapping):
+        return None
+    found = usable_id(entry.get("tool_call_id"))
+    return usable_id(entry.get("id")) if found is None else found
 
 
 def declared_call_ids(message: Mapping[str, Any]) -> list[str]:
@@ -134,8 +139,13 @@ def declared_call_ids(message: Mapping[str, Any]) -> list[str]:
 
     A turn declaring only unusable ids declares no calls.
     """
+    if message.get("role") != "assistant":
+        return []
+    entries = _field(message, "tool_calls")
+    if not isinstance(entries, list | tuple):
+        return []
     ids: list[str] = []
-    for entry in call_entries(message):
+    for entry in entries:  # call_entries without its copy
         found = call_id(entry)
         if found is not None and found not in ids:
             ids.append(found)

@@ -71,8 +71,10 @@ def _copy(value: Any, depth: int) -> Any:
     kind = type(value)
     if kind is str or value is None or kind is bool:
         return value
-    if kind is dict and depth < MAX_JSON_DEPTH:  # the common case, without ABC checks
+    if kind is dict and depth < MAX_JSON_DEPTH:  # the common cases, without ABC checks
         return _copy_mapping(value, depth)
+    if kind is list and depth < MAX_JSON_DEPTH:
+        return _copy_list(value, depth)
     return _copy_other(value, depth)
 
 
@@ -112,15 +114,19 @@ def _copy_other(value: Any, depth: int) -> Any:
     if isinstance(value, Mapping):
         return _copy_mapping(value, depth)
     if isinstance(value, list | tuple):
-        copied = []
-        for index, item in enumerate(value):
-            try:
-                copied.append(_copy(item, depth + 1))
-            except _NotJSON as exc:
-                exc.steps.append(f"[{index}]")
-                raise
-        return copied
+        return _copy_list(value, depth)
     raise _NotJSON(f"{type(value).__name__} is not JSON-serializable")
+
+
+def _copy_list(value: list[Any] | tuple[Any, ...], depth: int) -> list[Any]:
+    copied = []
+    for index, item in enumerate(value):
+        try:
+            copied.append(_copy(item, depth + 1))
+        except _NotJSON as exc:
+            exc.steps.append(f"[{index}]")
+            raise
+    return copied
 
 
 def _joined(path: str) -> str:
@@ -170,25 +176,29 @@ def canonical_message(message: Any, *, index: int | None = None,
         raise InvalidMessage(hint or f"role must be one of {sorted(ROLES)}, got {role!r}",
                              index=index, field="role" if hint is None or role else "type",
                              where=where)
-    if isinstance(message.get("content"), list):
-        _refuse_anthropic_blocks(message["content"], index, where)
+    content = message.get("content")
+    if isinstance(content, list):
+        _refuse_anthropic_blocks(content, index, where)
     given_metadata = message.get("metadata")
     if given_metadata is not None and type(given_metadata) is not dict \
             and not isinstance(given_metadata, Mapping):
         raise MessageTypeError(f"metadata must be a mapping, got {type(given_metadata).__name__}",
                                index=index, field="metadata", where=where)
-    metadata: dict[str, Any] = _field_copy(given_metadata or {}, "metadata", index, where)
+    metadata: dict[str, Any] = (_field_copy(given_metadata, "metadata", index, where)
+                                if given_metadata else {})
     for key, value in message.items():
         if key in _TOP_LEVEL or value is None:
             continue
-        if not isinstance(key, str):
+        if type(key) is not str and not isinstance(key, str):
             raise MessageTypeError(f"field name {key!r} is not a string", index=index, where=where)
-        metadata[key] = _field_copy(value, key, index, where)
+        # a plain string is its own copy: the common field, without the walk
+        metadata[key] = value if type(value) is str else _field_copy(value, key, index, where)
     _check_pairing_fields(metadata, index, where)
     answered = result_id(message)
     if answered is not None:
         metadata["tool_call_id"] = answered
-    content = _field_copy(message.get("content"), "content", index, where)
+    if content is not None and type(content) is not str:
+        content = _field_copy(content, "content", index, where)
     return {"role": role, "content": content, "metadata": metadata}
 
 

@@ -29,8 +29,7 @@ takes ``p + 1``, so any store can insert without renumbering.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -86,11 +85,15 @@ class BufferView:
     :func:`mentioned_ids`. ``pending`` lists every unanswered call (first
     declaring turn, declaration order) and is needed only when
     :func:`needs_pending` says so.
+
+    The planner only reads a view, never changes it, and reads it only while
+    planning: a store holding its indexes in memory may hand over live ones
+    (:class:`~flowmem.ConversationBuffer` does, so its view costs nothing).
     """
 
     results: Mapping[str, bool] = field(default_factory=dict)
-    declared: AbstractSet[str] = frozenset()
-    pending: Sequence[PendingCall] = ()
+    declared: Container[str] = frozenset()
+    pending: Iterable[PendingCall] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,23 +138,17 @@ class AppendPlan:
 
     ``dropped_results`` counts incoming tool results dropped as duplicates
     (MEM-1, and MEM-10's healed duplicates), ``dropped_turns`` incoming
-    assistant turns dropped because every id they declare is known (MEM-2).
+    assistant turns dropped because every id they declare is known (MEM-2);
+    ``healed`` counts the placeholders it inserts (MEM-3), ``replaced`` the
+    placeholders it overwrites with a real result (MEM-10).
     """
 
     ops: tuple[Op, ...]
     appended: int
     dropped_results: int = 0
     dropped_turns: int = 0
-
-    @property
-    def healed(self) -> int:
-        """Placeholders this plan inserts (MEM-3)."""
-        return sum(len(op.call_ids) for op in self.ops if isinstance(op, HealTurn))
-
-    @property
-    def replaced(self) -> int:
-        """Placeholders this plan overwrites with a real result (MEM-10)."""
-        return sum(1 for op in self.ops if isinstance(op, ReplacePlaceholder))
+    healed: int = 0
+    replaced: int = 0
 
 
 def mentioned_ids(incoming: Sequence[Message]) -> set[str]:
@@ -171,14 +168,26 @@ def needs_pending(incoming: Sequence[Message]) -> bool:
 
 
 class _Planner:
+    """Plans against the view plus what this append changed (an overlay: the view is
+    never copied, so planning costs O(size of the append), not O(size of the view))."""
+
     def __init__(self, view: BufferView) -> None:
-        self.results: dict[str, bool] = dict(view.results)
-        self.declared: set[str] = set(view.declared)
-        self.pending: dict[str, PendingCall] = {p.call_id: p for p in view.pending}
+        self.view = view
+        self.results: dict[str, bool] = {}  # ids this append answered, healed or replaced
+        self.declared: set[str] = set()  # ids this append declared
+        self.pending: dict[str, PendingCall] = {}  # calls this append opened, unanswered
+        self.view_pending = True  # the view's pending calls not yet healed
         self.ops: list[Op] = []
         self.adds = 0
         self.dropped_results = 0
         self.dropped_turns = 0
+        self.healed = 0
+        self.replaced = 0
+
+    def held(self, call: str) -> bool | None:
+        """Whether ``call``'s result is a placeholder; ``None`` when it has none."""
+        held = self.results.get(call)
+        return self.view.results.get(call) if held is None else held
 
     def add(self, message: Message, *, answers: str | None = None, healed: bool = False,
             declares: tuple[str, ...] = (), opens: tuple[tuple[str, int], ...] = ()) -> None:
@@ -190,43 +199,59 @@ class _Planner:
         if answered is None:
             self.add(message)
             return
-        held = self.results.get(answered)
+        held = self.held(answered)
         incoming_healed = is_healed(message)
         if held is None:
             self.results[answered] = incoming_healed
-            self.pending.pop(answered, None)
+            self.pending.pop(answered, None)  # the view's pending is filtered at heal
             self.add(message, answers=answered, healed=incoming_healed)
         elif held and not incoming_healed:
             self.results[answered] = False
             self.ops.append(ReplacePlaceholder(answered, message))
+            self.replaced += 1
         else:
             self.dropped_results += 1  # a duplicate (MEM-1, MEM-10): dropped
 
     def assistant(self, message: Message) -> None:
         ids = declared_call_ids(message)
-        if ids and all(i in self.declared for i in ids):
+        declared, known = self.declared, self.view.declared
+        if ids and all(i in declared or i in known for i in ids):
             self.dropped_turns += 1  # MEM-2: every id already declared
             return
         ordinal = self.adds
         opens: list[tuple[str, int]] = []
         for order, call in enumerate(ids):
             # an id declared before is already pending at its first turn, or answered
-            if call not in self.declared and call not in self.results:
+            if call not in declared and call not in known and self.held(call) is None:
                 self.pending[call] = PendingCall(call, NewTurn(ordinal), order)
                 opens.append((call, order))
-            self.declared.add(call)
+            declared.add(call)
         self.add(message, declares=tuple(ids), opens=tuple(opens))
 
+    def unanswered(self) -> list[PendingCall]:
+        """Every unanswered call: the view's (less those answered since), then this append's."""
+        calls: list[PendingCall] = []
+        if self.view_pending:
+            answered = self.results
+            calls = [p for p in self.view.pending if p.call_id not in answered]
+            self.view_pending = False
+        calls.extend(self.pending.values())
+        self.pending.clear()
+        return calls
+
     def heal(self) -> None:
+        unanswered = self.unanswered()
+        if not unanswered:
+            return
         groups: dict[TurnRef, list[PendingCall]] = {}
-        for call in self.pending.values():
+        for call in unanswered:
             groups.setdefault(call.turn, []).append(call)
         for turn in sorted(groups, key=_turn_order):
             calls = sorted(groups[turn], key=lambda c: c.order)
             self.ops.append(HealTurn(turn, tuple(c.call_id for c in calls)))
+            self.healed += len(calls)
             for call in calls:
                 self.results[call.call_id] = True
-        self.pending.clear()
 
 
 def _turn_order(turn: TurnRef) -> tuple[int, int]:
@@ -247,4 +272,4 @@ def plan_append(view: BufferView, incoming: Sequence[Message]) -> AppendPlan:
                 planner.heal()  # MEM-3: only a user message heals
             planner.add(message)
     return AppendPlan(tuple(planner.ops), planner.adds, planner.dropped_results,
-                      planner.dropped_turns)
+                      planner.dropped_turns, planner.healed, planner.replaced)

@@ -92,13 +92,19 @@ class ScopedAppendResult(AppendResult):
 
     __slots__ = ("_aload", "refused", "replayed", "resolved_scope_id", "scope", "serialized")
 
-    def __init__(self, *, scope: str, resolved_scope_id: str, serialized: bool = True,
-                 refused: bool = False, replayed: bool = False,
-                 aload: Callable[[], Awaitable[list[Message]]] | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(self, *, scope: str, resolved_scope_id: str, count: int, appended: int,
+                 serialized: bool = True, refused: bool = False, replayed: bool = False,
+                 messages: list[Message] | None = None,
+                 load: Callable[[], list[Message]] | None = None,
+                 aload: Callable[[], Awaitable[list[Message]]] | None = None) -> None:
         if aload is not None:
-            kwargs["load"] = _not_loaded
-        super().__init__(**kwargs)
+            load = _not_loaded
+        elif messages is None and load is None:
+            raise ValueError("AppendResult needs messages or a loader")
+        self.count = count  # AppendResult's fields, set here: one call less per append
+        self.appended = appended
+        self._messages = messages
+        self._load = load
         self.scope = scope
         self.resolved_scope_id = resolved_scope_id
         self.serialized = serialized

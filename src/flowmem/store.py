@@ -25,12 +25,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Final, Protocol, runtime_checkable
 
 from .messages import Message
+from .plan import AppendPlan
 from .scopes import StorageKey
 
-__all__ = ["AppendOutcome", "AppendStats", "AsyncStore", "HistoryPage", "Idempotency", "Store"]
+__all__ = ["AppendOutcome", "AppendStats", "AsyncStore", "HistoryPage", "Idempotency", "Store",
+           "plan_stats"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +48,16 @@ class AppendStats:
     dropped_turns: int = 0
     healed: int = 0
     replaced: int = 0
+
+
+_NOTHING_ELSE: Final = AppendStats()
+
+
+def plan_stats(plan: AppendPlan) -> AppendStats:
+    """The :class:`AppendStats` of a plan (one shared instance when it only added)."""
+    if plan.dropped_results or plan.dropped_turns or plan.healed or plan.replaced:
+        return AppendStats(plan.dropped_results, plan.dropped_turns, plan.healed, plan.replaced)
+    return _NOTHING_ELSE
 
 
 @dataclass(frozen=True, slots=True)

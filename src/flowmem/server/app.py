@@ -27,6 +27,7 @@ from .. import __version__
 from ..async_memory import AsyncMemory
 from ..errors import (
     FlowmemError,
+    IdempotencyConflict,
     InvalidInput,
     InvalidMessage,
     InvalidValue,
@@ -110,6 +111,8 @@ def _flowmem_failure(exc: FlowmemError) -> Response:
         return _store_failure(exc)
     if isinstance(exc, KeyConflict):
         return error_response("key_conflict", str(exc))
+    if isinstance(exc, IdempotencyConflict):
+        return error_response("idempotency_key_reused", str(exc))
     if isinstance(exc, InvalidMessage):
         return error_response("invalid_message", str(exc), details=_message_details(exc))
     if isinstance(exc, InvalidValue):
@@ -166,7 +169,8 @@ def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     components["Error"] = ErrorBody
     for path, operations in schema.get("paths", {}).items():
         for operation in operations.values():
-            operation.get("responses", {}).pop("422", None)
+            # FastAPI's own 422 (validation) never answers here: ours is a refusal code
+            operation.get("responses", {})["422"] = ERROR_RESPONSES[422]
             # The token is optional only where the service opted in to anonymous callers.
             needs_identity = (operation.pop("x-requires-identity", False)
                               or path.startswith("/v1/sessions"))

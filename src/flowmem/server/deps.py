@@ -184,13 +184,15 @@ async def history_page(server: ServerState, scope: str, key: str, context: Execu
 
 
 async def append_and_echo(server: ServerState, scope: str, key: str, messages: list[dict[str, Any]],
-                    context: ExecutionContext, window: int | None,
-                    ) -> tuple[ScopedAppendResult, dict[str, Any]]:
+                          context: ExecutionContext, window: int | None,
+                          idempotency_key: str | None = None,
+                          ) -> tuple[ScopedAppendResult, dict[str, Any]]:
     """Check the limits, append through ``AsyncMemory`` (MEM-1..14), and echo the newest
-    messages — none under a refusal, which has already logged its one warning (MEM-7)."""
+    messages — none under a refusal, which has already logged its one warning (MEM-7).
+    ``idempotency_key`` makes a retry replay the first outcome (:mod:`.idempotency`)."""
     check_messages(messages, server.settings.limits)
     result = await server.memory.append(scope, key, messages, context=context,
-                                        max_messages=window)
+                                        max_messages=window, idempotency_key=idempotency_key)
     echo: dict[str, Any] = {**result.to_dict(), "messages": [], "before": None}
     if not result.refused:
         page = await server.memory.history(scope, key, context=context,

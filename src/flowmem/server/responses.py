@@ -83,6 +83,8 @@ ERROR_CODES: Final[dict[str, tuple[int, str]]] = {
                           "the reverse."),
     "read_too_large": (409, "The value is too large to answer whole: page a conversation with "
                             "POST /v1/memory/history."),
+    "idempotency_key_reused": (422, "The Idempotency-Key was already used for a different "
+                                    "request: a retry must repeat the first one exactly."),
     "rate_limited": (429, "Too many requests for this token: retry after `Retry-After` "
                           "seconds."),
     # failures

@@ -24,6 +24,7 @@ from ..access import SHARED_SCOPES, Level
 from ..results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from .deps import Caller, Server, append_and_echo, history_page, positioned
 from .guard import forget_writer, memory_context, record_writer, stamp, written_by
+from .idempotency import IdempotencyHeader, mark_replayed, memory_key
 from .limits import check_value, json_bytes
 from .models import (
     AppendBody,
@@ -71,11 +72,12 @@ async def read(body: ReadBody, principal: Caller,
 
 @router.post("/write", response_model=Ok[WriteOut],
              summary="Write a key (refused scope: 200, ok false, refused true)")
-async def write(body: WriteBody, principal: Caller,
-          server: Server) -> AsciiJSONResponse:
+async def write(body: WriteBody, principal: Caller, server: Server,
+                idempotency: IdempotencyHeader = None) -> AsciiJSONResponse:
     check_value(body.value, server.settings.limits)
     context = await memory_context(server, principal, body, Level.WRITE, erases=True)
-    result = await server.memory.write(body.scope, body.key, body.value, context=context)
+    result = await server.memory.write(body.scope, body.key, body.value, context=context,
+                                       idempotency_key=memory_key(principal, idempotency))
     if result.ok:
         await record_writer(server.memory.store, body.scope, result.resolved_scope_id,
                             body.key, principal)
@@ -84,10 +86,11 @@ async def write(body: WriteBody, principal: Caller,
 
 @router.post("/delete", response_model=Ok[DeleteOut],
              summary="Delete a key (refused scope: 200, ok false, refused true)")
-async def delete(body: ScopedBody, principal: Caller,
-           server: Server) -> AsciiJSONResponse:
+async def delete(body: ScopedBody, principal: Caller, server: Server,
+                 idempotency: IdempotencyHeader = None) -> AsciiJSONResponse:
     context = await memory_context(server, principal, body, Level.WRITE, erases=True)
-    result = await server.memory.delete(body.scope, body.key, context=context)
+    result = await server.memory.delete(body.scope, body.key, context=context,
+                                        idempotency_key=memory_key(principal, idempotency))
     if result.found:
         await forget_writer(server.memory.store, body.scope, result.resolved_scope_id, body.key)
     return ok({**_where(result), "ok": result.ok, "found": result.found})
@@ -95,16 +98,16 @@ async def delete(body: ScopedBody, principal: Caller,
 
 @router.post("/append", response_model=Ok[AppendOut],
              summary="Append to a conversation, MEM-1..14 (refused scope: 200, count 0)")
-async def append(body: AppendBody, principal: Caller,
-           server: Server) -> AsciiJSONResponse:
+async def append(body: AppendBody, principal: Caller, server: Server,
+                 idempotency: IdempotencyHeader = None) -> AsciiJSONResponse:
     context = await memory_context(server, principal, body, Level.WRITE,
                                    erases=body.max_messages is not None)
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
     if body.scope in SHARED_SCOPES:
         messages = stamp(messages, principal)
     result, echo = await append_and_echo(server, body.scope, body.key, messages, context,
-                                         body.max_messages)
-    return ok({**_where(result), **echo})
+                                         body.max_messages, memory_key(principal, idempotency))
+    return mark_replayed(ok({**_where(result), **echo}), result.replayed)
 
 
 @router.post("/history", response_model=Page[HistoryOut],

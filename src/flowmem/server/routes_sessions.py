@@ -26,6 +26,7 @@ from .deps import (
     positioned,
     session_for,
 )
+from .idempotency import IdempotencyHeader, mark_replayed, memory_key
 from .limits import check_messages
 from .models import (
     EditBody,
@@ -128,18 +129,19 @@ def _writable(record: SessionRecord) -> None:
 
 @router.post("/{session_id}/turns", response_model=Ok[TurnOut],
              summary="Drive: append a turn (owner or admin, MEM-9; MEM-1..14 semantics)")
-async def append_turn(session_id: str, body: TurnBody, principal: Identified,
-                server: Server) -> AsciiJSONResponse:
+async def append_turn(session_id: str, body: TurnBody, principal: Identified, server: Server,
+                      idempotency: IdempotencyHeader = None) -> AsciiJSONResponse:
     record = await session_for(server, principal, session_id, Action.DRIVE)
     if body.max_messages is not None:  # evicting session messages: admin only (MEM-15)
         await session_for(server, principal, session_id, Action.EDIT_MESSAGE)
     _writable(record)
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
-    _, echo = await append_and_echo(server, "session", TRANSCRIPT_KEY, messages,
-                                    session_context(record),
-                                    body.max_messages or server.settings.session_window)
+    result, echo = await append_and_echo(server, "session", TRANSCRIPT_KEY, messages,
+                                         session_context(record),
+                                         body.max_messages or server.settings.session_window,
+                                         memory_key(principal, idempotency))
     await server.sessions.turn_finished(record)
-    return ok(echo)
+    return mark_replayed(ok(echo), result.replayed)
 
 
 @router.post("/{session_id}/stop", response_model=Ok[SessionOut],

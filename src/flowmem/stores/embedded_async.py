@@ -4,11 +4,20 @@
 short critical section of the blocking store). Its MEM-12 lock is waited for
 with ``asyncio.sleep`` polling, never by blocking the loop.
 
-``sqlite://`` keeps ONE connection thread per store: every operation of the
-blocking :class:`~flowmem.stores.sqlite.SQLiteStore` runs there, so the loop
-never waits on a file lock, an fsync or SQLite's busy handler. MEM-12 is the
-blocking store's own (thread and ``fcntl`` locks on the same lock file), so
-async and blocking writers of any process serialize with each other.
+``sqlite://`` keeps ONE connection thread per store, fed by a queue: every
+operation of the blocking :class:`~flowmem.stores.sqlite.SQLiteStore` runs
+there, so the loop never waits on a file lock, an fsync or SQLite's busy
+handler. MEM-12 is the blocking store's own (thread and ``fcntl`` locks on
+the same lock file), so async and blocking writers of any process serialize
+with each other.
+
+Group commit: the appends queued one after another when the thread comes
+for work run in ONE transaction with one fsync
+(:meth:`~flowmem.stores.sqlite.SQLiteStore.append_group`: each in its own
+savepoint, so one refused append does not fail its neighbours; the locks of
+all their keys held across it). Each is answered only after the commit that
+holds it. Other operations run alone, in the order they were queued.
+
 Cancelling a call never interrupts the statement: an operation already
 handed to the thread finishes (committed whole, its lock released), one
 still queued never starts.
@@ -17,10 +26,13 @@ still queued never starts.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
+from functools import partial
 from typing import Any, Final, TypeVar
 
 from ..errors import StoreError
@@ -29,6 +41,8 @@ from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency, Store
 from .memory import InMemoryStore
 from .sqlite import SQLiteStore
+from .sqlite_group import AppendRequest
+from .sqlite_thread import MAX_GROUP, ConnectionThread, Job
 
 __all__ = ["AsyncInMemoryStore", "AsyncSQLiteStore"]
 
@@ -102,12 +116,17 @@ class AsyncSQLiteStore:
 
     The database is opened (and migrated) on that thread too, so constructing
     the store never blocks the loop; an error opening it (a missing
-    directory, an unreadable file) is raised by the first call.
+    directory, an unreadable file) is raised by the first call. Appends
+    queued together share one transaction (group commit, see the module
+    notes), at most ``max_group`` of them.
     """
 
-    def __init__(self, opener: Callable[[], Store]) -> None:
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="flowmem-sqlite")
-        self._opening = self._thread.submit(opener)
+    def __init__(self, opener: Callable[[], Store], *, max_group: int = MAX_GROUP) -> None:
+        self._guard = threading.Lock()
+        self._closed = False
+        self._connection = ConnectionThread(opener, max_group)
+        # a store dropped without aclose() still lets its thread go
+        weakref.finalize(self, self._connection.queue.put, None)
 
     @classmethod
     def from_url(cls, url: str) -> AsyncSQLiteStore:
@@ -116,14 +135,19 @@ class AsyncSQLiteStore:
 
     @property
     def _store(self) -> Store:
-        return self._opening.result()  # only ever called on the connection thread
+        return self._connection.store  # only ever called on the connection thread
+
+    # -- the loop's side ----------------------------------------------------------------
+    def _submit(self, job: Job) -> Future[Any]:
+        with self._guard:
+            if self._closed:
+                raise StoreError("the store is closed")
+            self._connection.queue.put(job)
+        return job.future
 
     async def _call(self, function: Callable[[], _T]) -> _T:
-        try:
-            future = asyncio.get_running_loop().run_in_executor(self._thread, function)
-        except RuntimeError as exc:  # the executor was shut down
-            raise StoreError("the store is closed") from exc
-        return await future
+        result: _T = await asyncio.wrap_future(self._submit(Job(function)))
+        return result
 
     async def read(self, key: StorageKey) -> tuple[bool, Any]:
         return await self._call(lambda: self._store.read(key))
@@ -138,9 +162,12 @@ class AsyncSQLiteStore:
     async def append(self, key: StorageKey, incoming: Sequence[Message], *,
                      max_messages: int | None, lock_timeout: float,
                      idempotency: Idempotency | None = None) -> AppendOutcome:
-        return await self._call(lambda: self._store.append(
+        request = AppendRequest(key, incoming, max_messages, lock_timeout, idempotency)
+        job = Job(lambda: self._store.append(
             key, incoming, max_messages=max_messages, lock_timeout=lock_timeout,
-            idempotency=idempotency))
+            idempotency=idempotency), request)
+        outcome: AppendOutcome = await asyncio.wrap_future(self._submit(job))
+        return outcome
 
     async def history(self, key: StorageKey, *, last: int | None = None,
                       before: int | None = None) -> HistoryPage:
@@ -159,17 +186,31 @@ class AsyncSQLiteStore:
 
     @asynccontextmanager
     async def _held(self, key: StorageKey, timeout: float) -> AsyncIterator[bool]:
-        # Taken and released on the connection thread, which owns the thread lock;
-        # the thread stays free for other operations meanwhile.
-        context = await self._call(lambda: self._store.lock(key, timeout))
-        held = await self._call(context.__enter__)
+        # Tried without waiting on the connection thread, and waited for on the loop:
+        # a wait there would stall every other operation of this store, the holder's
+        # own included (a holder's next call would queue behind its waiter).
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while True:
+            context = await self._call(lambda: self._store.lock(key, 0.0))
+            if await self._call(context.__enter__):
+                break
+            await self._call(partial(context.__exit__, None, None, None))
+            if time.monotonic() >= deadline:
+                yield False
+                return
+            await asyncio.sleep(_POLL)
         try:
-            yield held
+            yield True
         finally:
-            await asyncio.shield(self._call(lambda: context.__exit__(None, None, None)))
+            await asyncio.shield(self._call(partial(context.__exit__, None, None, None)))
 
     async def aclose(self) -> None:
-        try:
-            await self._call(lambda: self._store.close())
-        finally:
-            self._thread.shutdown(wait=False)
+        closing = Job(self._connection.close_store)
+        with self._guard:
+            if self._closed:
+                return
+            self._closed = True
+            self._connection.queue.put(closing)
+            self._connection.queue.put(None)  # the thread stops after what was queued before
+        await asyncio.wrap_future(closing.future)
+

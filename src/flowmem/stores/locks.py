@@ -43,8 +43,19 @@ _POLL_MAX: Final = 0.02
 
 def stripe_of(key: StorageKey) -> int:
     """The stripe a storage key locks (stable across processes and machines)."""
-    raw = "\x00".join((key.scope, key.scope_id, key.key)).encode("utf-8", "surrogatepass")
-    return int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big") % STRIPES
+    names = (key.scope, key.scope_id, key.key)  # a tuple hashes in C, a dataclass does not
+    stripe = _stripes.get(names)
+    if stripe is None:
+        raw = "\x00".join((key.scope, key.scope_id, key.key)).encode("utf-8", "surrogatepass")
+        stripe = int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big") % STRIPES
+        if len(_stripes) >= _STRIPE_CACHE:
+            _stripes.clear()
+        _stripes[names] = stripe
+    return stripe
+
+
+_STRIPE_CACHE: Final = 4096
+_stripes: dict[tuple[str, str, str], int] = {}  # hot keys: no blake2b per append
 
 
 class KeyLocks:
@@ -78,6 +89,10 @@ class KeyLocks:
     def hold(self, key: StorageKey, timeout: float) -> _Hold:
         """Hold ``key``'s lock; entering yields ``False`` if it was not had within ``timeout``."""
         return _Hold(self, stripe_of(key), max(timeout, 0.0))
+
+    def hold_stripe(self, stripe: int, timeout: float) -> _Hold:
+        """Hold one stripe (a group of appends takes its stripes once each, in order)."""
+        return _Hold(self, stripe, max(timeout, 0.0))
 
     def setup(self, timeout: float) -> _Hold:
         """Hold the setup lock (opening and migrating a database); yields whether it was had."""
@@ -126,12 +141,16 @@ class _Hold:
         self._file_locked = False
 
     def __enter__(self) -> bool:
-        deadline = time.monotonic() + self._timeout
-        thread_lock = self._locks._thread_lock(self._stripe)
-        if not thread_lock.acquire(timeout=self._timeout):
+        locks = self._locks
+        # the deadline bounds both waits; without a lock file only the thread lock waits
+        deadline = 0.0 if locks._fd is None else time.monotonic() + self._timeout
+        thread_lock = locks._threads.get(self._stripe) or locks._thread_lock(self._stripe)
+        if not thread_lock.acquire(True, self._timeout):
             return False
         self._thread_lock = thread_lock
-        if not self._locks._lock_file(self._stripe, deadline):
+        if locks._fd is None:
+            return True
+        if not locks._lock_file(self._stripe, deadline):
             self._release()
             return False
         self._file_locked = True

@@ -16,7 +16,7 @@ from ..errors import IdempotencyConflict, KeyConflict
 from ..messages import Message, json_copy
 from ..plan import plan_append
 from ..scopes import StorageKey
-from ..store import AppendOutcome, AppendStats, HistoryPage, Idempotency
+from ..store import AppendOutcome, HistoryPage, Idempotency, plan_stats
 from .locks import KeyLocks
 
 __all__ = ["InMemoryStore"]
@@ -95,17 +95,20 @@ class InMemoryStore:
                      idempotency: Idempotency | None = None) -> AppendOutcome:
         """The append's atomic step, for a caller that already waited for the MEM-12 lock."""
         with self._mutex:
-            first = self._replay(idempotency)
-            if first is not None:
-                return AppendOutcome(first[0], first[1], serialized, replayed=True)
-            buffer = self._buffer(key, create=True)
-            assert buffer is not None
+            if idempotency is not None:
+                first = self._replay(idempotency)
+                if first is not None:
+                    return AppendOutcome(first[0], first[1], serialized, replayed=True)
+            buffer = self._data.get(key)
+            if type(buffer) is not ConversationBuffer:
+                buffer = self._buffer(key, create=True)
+                assert buffer is not None
             plan = plan_append(buffer.view(incoming), incoming)
             buffer.apply(plan, max_messages=max_messages)
-            self._record(idempotency, (len(buffer), plan.appended))
-            stats = AppendStats(plan.dropped_results, plan.dropped_turns, plan.healed,
-                                plan.replaced)
-            return AppendOutcome(len(buffer), plan.appended, serialized, stats)
+            count = len(buffer)
+            if idempotency is not None:
+                self._record(idempotency, (count, plan.appended))
+            return AppendOutcome(count, plan.appended, serialized, plan_stats(plan))
 
     def _buffer(self, key: StorageKey, *, create: bool) -> ConversationBuffer | None:
         held = self._data.get(key)

@@ -52,7 +52,7 @@ from ..plan import (
     plan_append,
 )
 from ..scopes import StorageKey
-from ..store import AppendOutcome, AppendStats, HistoryPage, Idempotency
+from ..store import AppendOutcome, HistoryPage, Idempotency, plan_stats
 
 __all__ = [
     "AsyncExecute",
@@ -119,9 +119,12 @@ _CLAIM: Final = (
 _PURGE_ONE_IN: Final = 64  # expired idempotency records are purged by one write in 64
 
 
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+
+
 def encode(value: Any) -> str:
     """JSON text, ASCII only (NUL and lone surrogates escaped)."""
-    return json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return _ENCODER.encode(value)  # one encoder: json.dumps builds one per call with options
 
 
 def decode(text: str) -> Any:
@@ -131,6 +134,43 @@ def decode(text: str) -> Any:
 
 def _marks(items: Sequence[Any]) -> str:
     return ", ".join("?" for _ in items)
+
+
+def view_parts(buffer: str, buffer_params: Sequence[Any],
+               incoming: Sequence[Message]) -> tuple[list[str], list[Any]]:
+    """The SELECTs of the planner's view (to be joined by UNION ALL) and their params.
+
+    ``buffer`` is the SQL naming the buffer's id (``"?"`` with ``buffer_params``
+    ``(id,)``, or a subquery); each row is ``(kind, id, first, second)``.
+    """
+    ids = sorted(mentioned_ids(incoming))
+    parts: list[str] = []
+    params: list[Any] = []
+    if ids:
+        parts += [f"SELECT 0, result_id, healed, 0 FROM messages WHERE buffer_id = {buffer} "
+                  f"AND result_id IN ({_marks(ids)})",
+                  f"SELECT 1, call_id, 0, 0 FROM calls WHERE buffer_id = {buffer} "
+                  f"AND call_id IN ({_marks(ids)})"]
+        params += [*buffer_params, *ids, *buffer_params, *ids]
+    if needs_pending(incoming):
+        parts.append(f"SELECT 2, call_id, turn_pos, ord FROM pending WHERE buffer_id = {buffer}")
+        params += buffer_params
+    return parts, params
+
+
+def view_from(rows: Rows) -> BufferView:
+    """The :class:`BufferView` of the rows of :func:`view_parts`' statement."""
+    results: dict[str, bool] = {}
+    declared: set[str] = set()
+    pending: list[PendingCall] = []
+    for kind, call, first, second in rows:
+        if kind == 0:
+            results[call] = bool(first)
+        elif kind == 1:
+            declared.add(call)
+        else:
+            pending.append(PendingCall(call, int(first), int(second)))
+    return BufferView(results, declared, pending)
 
 
 class SQLConversations:
@@ -191,14 +231,12 @@ class SQLConversations:
             first = yield from self.claim(idempotency)
             if first is not None:
                 return AppendOutcome(first["count"], first["appended"], serialized, replayed=True)
-        buffer_id, count, next_pos = yield from self.open_buffer(key)
-        view = yield from self.view(buffer_id, incoming)
+        buffer_id, count, next_pos, view = yield from self.open_and_view(key, incoming)
         plan = plan_append(view, incoming)
         count, appended = yield from self.apply(buffer_id, count, next_pos, plan, max_messages)
         if idempotency is not None:
             yield from self.record(idempotency, {"count": count, "appended": appended})
-        stats = AppendStats(plan.dropped_results, plan.dropped_turns, plan.healed, plan.replaced)
-        return AppendOutcome(count, appended, serialized, stats)
+        return AppendOutcome(count, appended, serialized, plan_stats(plan))
 
     # -- idempotency keys (recorded in the transaction of the change they guard) ----
     @staticmethod
@@ -290,33 +328,19 @@ class SQLConversations:
         yield ("DELETE FROM buffers WHERE id = ?", (buffer_id,))
 
     # -- the planner's view ---------------------------------------------------
+    def open_and_view(self, key: StorageKey,
+                      incoming: Sequence[Message]) -> Program[tuple[int, int, int, BufferView]]:
+        """:meth:`open_buffer` then :meth:`view` (a backend may do both in one statement)."""
+        buffer_id, count, next_pos = yield from self.open_buffer(key)
+        view = yield from self.view(buffer_id, incoming)
+        return buffer_id, count, next_pos, view
+
     def view(self, buffer_id: int, incoming: Sequence[Message]) -> Program[BufferView]:
         """The planner's view in one statement: results and declarations of the ids
         ``incoming`` mentions, and the pending calls when it heals (indexed look-ups)."""
-        ids = sorted(mentioned_ids(incoming))
-        parts: list[str] = []
-        params: list[Any] = []
-        if ids:
-            parts += [f"SELECT 0, result_id, healed, 0 FROM messages WHERE buffer_id = ? "
-                      f"AND result_id IN ({_marks(ids)})",
-                      f"SELECT 1, call_id, 0, 0 FROM calls WHERE buffer_id = ? "
-                      f"AND call_id IN ({_marks(ids)})"]
-            params += [buffer_id, *ids, buffer_id, *ids]
-        if needs_pending(incoming):
-            parts.append("SELECT 2, call_id, turn_pos, ord FROM pending WHERE buffer_id = ?")
-            params.append(buffer_id)
-        results: dict[str, bool] = {}
-        declared: set[str] = set()
-        pending: list[PendingCall] = []
+        parts, params = view_parts("?", (buffer_id,), incoming)
         rows = (yield (" UNION ALL ".join(parts), params)) if parts else []
-        for kind, call, first, second in rows:
-            if kind == 0:
-                results[call] = bool(first)
-            elif kind == 1:
-                declared.add(call)
-            else:
-                pending.append(PendingCall(call, int(first), int(second)))
-        return BufferView(results, declared, pending)
+        return view_from(rows)
 
     # -- applying a plan ------------------------------------------------------
     def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,

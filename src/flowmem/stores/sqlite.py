@@ -49,8 +49,8 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Final, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -65,8 +65,10 @@ from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
 from .locks import KeyLocks, key_locks
-from .sql import Execute, Program, SQLConversations, T, drive, encode
+from .sql import Execute, Program, T, drive, encode
 from .sqlite_files import DatabaseFiles, FileIdentity
+from .sqlite_group import AppendRequest, GroupAborted, each_alone, group_locks, run_group
+from .sqlite_programs import SQLiteConversations
 from .sqlite_schema import (
     MIGRATIONS,
     MIN_SQLITE_VERSION,
@@ -256,13 +258,15 @@ class SQLiteStore:
             logger.error("flowmem: %s", self._gone)
         raise StoreUnavailable(self._gone)
 
-    @contextmanager
-    def _transaction(self, mode: str = "IMMEDIATE") -> Iterator[Execute]:
-        # Writers of this process queue on one mutex instead of sleeping in
-        # SQLite's busy handler (which backs off up to 100 ms); other processes
-        # still meet at BEGIN IMMEDIATE. An optimisation only: the database's
-        # own write lock is what makes a transaction atomic. The connection is
-        # had first: opening one takes the setup lock, never under the mutex.
+    def _within(self, body: Callable[[Execute], _T], mode: str = "IMMEDIATE") -> _T:
+        """``body`` in one transaction (plain calls, no context managers: the hot path).
+
+        Writers of this process queue on one mutex instead of sleeping in
+        SQLite's busy handler (which backs off up to 100 ms); other processes
+        still meet at BEGIN IMMEDIATE. An optimisation only: the database's
+        own write lock is what makes a transaction atomic. The connection is
+        had first: opening one takes the setup lock, never under the mutex.
+        """
         if mode == "IMMEDIATE" and self.read_only:
             raise StoreReadOnly(f"{self.path} is open read-only: writes are refused")
         conn = self._connection()
@@ -270,34 +274,29 @@ class SQLiteStore:
         if mutex is not None and not mutex.acquire(timeout=self.busy_timeout):
             raise StoreBusy(f"no write turn on {self.path} within {self.busy_timeout}s")
         try:
-            with self._begun(conn, mode) as sql:
-                yield sql
+            if self._gone is not None:
+                raise StoreUnavailable(self._gone)
+            try:
+                conn.execute(f"BEGIN {mode}")
+            except sqlite3.OperationalError as exc:
+                raise _mapped(exc, self.path) from exc
+            try:
+                answer = body(lambda sql, params: conn.execute(sql, params).fetchall())
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise _mapped(exc, self.path) from exc
+                raise
         finally:
             if mutex is not None:
                 mutex.release()
-
-    @contextmanager
-    def _begun(self, conn: sqlite3.Connection, mode: str) -> Iterator[Execute]:
-        if self._gone is not None:
-            raise StoreUnavailable(self._gone)
-        try:
-            conn.execute(f"BEGIN {mode}")
-        except sqlite3.OperationalError as exc:
-            raise _mapped(exc, self.path) from exc
-        try:
-            yield lambda sql, params: conn.execute(sql, params).fetchall()
-            conn.execute("COMMIT")
-        except BaseException as exc:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            if isinstance(exc, sqlite3.Error):
-                raise _mapped(exc, self.path) from exc
-            raise
         self._check_file()
+        return answer
 
     def _run(self, program: Program[T], mode: str = "IMMEDIATE") -> T:
-        with self._transaction(mode) as run:
-            return drive(program, run)
+        return self._within(lambda execute: drive(program, execute), mode)
 
     # -- the Store protocol ------------------------------------------------------
     def read(self, key: StorageKey) -> tuple[bool, Any]:
@@ -315,6 +314,18 @@ class SQLiteStore:
                idempotency: Idempotency | None = None) -> AppendOutcome:
         with self._locks.hold(key, lock_timeout) as serialized:
             return self._run(_SQL.append(key, incoming, max_messages, serialized, idempotency))
+
+    def append_group(self, requests: Sequence[AppendRequest]) -> list[AppendOutcome | Exception]:
+        """Several appends in ONE transaction (group commit, :mod:`.sqlite_group`).
+
+        Returns one answer per request, in order: its outcome, or the error that
+        refused it alone. Each append is as atomic and as serialized as alone.
+        """
+        try:
+            with group_locks(self._locks, requests) as serialized:
+                return run_group(self._within, _SQL, requests, serialized)
+        except GroupAborted:  # rolled back whole: each append alone gets its own answer
+            return each_alone(self.append, requests)
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:
@@ -344,7 +355,7 @@ class SQLiteStore:
         self._local = threading.local()
 
 
-_SQL: Final = SQLConversations()  # SQLite's BEGIN IMMEDIATE already holds the write lock
+_SQL: Final = SQLiteConversations()  # BEGIN IMMEDIATE already holds the write lock
 
 _writer_mutexes: dict[str, threading.Lock] = {}
 _writer_guard = threading.Lock()

@@ -1,0 +1,112 @@
+"""Group commit for SQLite: several appends in ONE ``BEGIN IMMEDIATE`` transaction.
+
+The asyncio SQLite store (:mod:`flowmem.stores.embedded_async`) hands the
+appends queued on its connection thread to :meth:`SQLiteStore.append_group
+<flowmem.stores.sqlite.SQLiteStore.append_group>`, which runs them here:
+
+- MEM-12: the locks of every key of the group are held across the whole
+  transaction, taken in sorted stripe order (so two groups never wait on
+  each other in a cycle), each stripe once even when several appends share
+  it. Each append's bounded wait is its own ``lock_timeout``; an append
+  whose lock was not had is reported unserialized, exactly as alone.
+- Each append runs its ordinary SQL program (:mod:`flowmem.stores.sql`: the
+  plan, the idempotency claim and record) inside its own ``SAVEPOINT``: an
+  append refused by a rule (:class:`~flowmem.errors.KeyConflict`,
+  :class:`~flowmem.errors.IdempotencyConflict`) is rolled back to its
+  savepoint and fails alone; its neighbours commit.
+- One ``COMMIT`` (one fsync at ``synchronous=full``) for the group; nothing
+  is reported before it. When the database itself fails inside the group (an
+  ``sqlite3`` error), the transaction is rolled back whole and every append
+  of the group runs again on its own, so each one gets its own answer.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+from ..messages import Message
+from ..scopes import StorageKey
+from ..store import AppendOutcome, Idempotency
+from .locks import KeyLocks, stripe_of
+from .sql import Execute, SQLConversations, drive
+
+__all__ = ["AppendRequest", "GroupAborted", "each_alone", "group_locks", "run_group"]
+
+_SAVEPOINT = "flowmem_append"
+Answers = list[AppendOutcome | Exception]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """One append of a group: the arguments of :meth:`Store.append <flowmem.store.Store.append>`."""
+
+    key: StorageKey
+    incoming: Sequence[Message]
+    max_messages: int | None
+    lock_timeout: float
+    idempotency: Idempotency | None = None
+
+
+class GroupAborted(Exception):
+    """The database failed inside a group: it was rolled back; run each append alone."""
+
+
+@contextmanager
+def group_locks(locks: KeyLocks, requests: Sequence[AppendRequest]) -> Iterator[list[bool]]:
+    """Hold the MEM-12 locks of every request; yields, per request, whether its lock was had."""
+    start = time.monotonic()
+    stripes = [stripe_of(r.key) for r in requests]
+    deadline: dict[int, float] = {}
+    for stripe, request in zip(stripes, requests, strict=True):
+        deadline[stripe] = min(deadline.get(stripe, math.inf), start + request.lock_timeout)
+    had: dict[int, bool] = {}
+    with ExitStack() as stack:
+        for stripe in sorted(deadline):  # one global order: no two groups wait in a cycle
+            wait = max(0.0, deadline[stripe] - time.monotonic())
+            had[stripe] = stack.enter_context(locks.hold_stripe(stripe, wait))
+        yield [had[stripe] for stripe in stripes]
+
+
+def each_alone(append: Callable[..., AppendOutcome],
+               requests: Sequence[AppendRequest]) -> Answers:
+    """Every request as its own append (after a group was rolled back); one answer each."""
+    answers: Answers = []
+    for r in requests:
+        try:
+            answers.append(append(r.key, r.incoming, max_messages=r.max_messages,
+                                  lock_timeout=r.lock_timeout, idempotency=r.idempotency))
+        except Exception as exc:
+            answers.append(exc)
+    return answers
+
+
+def run_group(within: Callable[[Callable[[Execute], Answers]], Answers], sql: SQLConversations,
+              requests: Sequence[AppendRequest], serialized: Sequence[bool]) -> Answers:
+    """Run ``requests`` in one transaction, each in its own savepoint; one answer each.
+
+    ``within`` runs a body in one transaction (``SQLiteStore._within``). Raises
+    :class:`GroupAborted` (after the rollback) when the database fails.
+    """
+
+    def body(execute: Execute) -> Answers:
+        answers: Answers = []
+        for request, held in zip(requests, serialized, strict=True):
+            execute(f"SAVEPOINT {_SAVEPOINT}", ())
+            program = sql.append(request.key, request.incoming, request.max_messages, held,
+                                 request.idempotency)
+            try:
+                answers.append(drive(program, execute))
+            except sqlite3.Error as exc:
+                raise GroupAborted(str(exc)) from exc
+            except Exception as refused:  # a rule refused this append alone
+                execute(f"ROLLBACK TO {_SAVEPOINT}", ())
+                answers.append(refused)
+            execute(f"RELEASE {_SAVEPOINT}", ())
+        return answers
+
+    return within(body)
