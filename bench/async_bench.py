@@ -5,7 +5,8 @@
 
 1. **Event-loop health** (SQLite, default durability): a 1 ms ticker runs on
    the loop while ``--appends`` appends run from ``--tasks`` concurrent tasks;
-   the longest stall (how late the ticker woke) is reported for blocking
+   the longest stall (how late the ticker woke; the store is opened and
+   warm before the ticker starts) is reported for blocking
    ``Memory`` calls made straight from the coroutines (what an async user
    without AsyncMemory does) and for ``AsyncMemory``.
 2. **Throughput**: the same appends through ``AsyncMemory`` with ``--tasks``
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 import tempfile
 import threading
@@ -30,6 +32,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import flowmem.stores.embedded_async
+import flowmem.stores.sqlite  # noqa: F401
 from bench.workload import conversation
 from flowmem import AsyncMemory, ExecutionContext, Memory
 
@@ -49,30 +53,38 @@ async def _ticker(stop: asyncio.Event, worst: list[float]) -> None:
         worst[0] = max(worst[0], loop.time() - due)
 
 
+async def _appends(memory: Any, face: str, batches: list[list[dict[str, Any]]]) -> None:
+    async def run(batch: list[dict[str, Any]], key: str) -> None:
+        for message in batch:
+            if face == "async":
+                await memory.append("user", key, message, context=CTX)
+            else:
+                memory.append("user", key, message, context=CTX)
+                await asyncio.sleep(0)
+
+    await asyncio.gather(*(run(b, f"k{i}") for i, b in enumerate(batches)))
+
+
 async def _stall(url: str, count: int, tasks: int, face: str) -> tuple[float, float]:
+    """The longest loop stall while the appends run (the store opened and warm before)."""
+    memory: Any = AsyncMemory.from_url(url) if face == "async" else Memory.from_url(url)
+    warm = memory.append("user", "warm", {"role": "user", "content": "w"}, context=CTX)
+    if face == "async":
+        await warm
+    batches = _batches(count, tasks)  # the workload is built before the ticker runs
+    gc.collect()  # each face starts from the same heap: no collection of the last run's garbage
     stop, worst = asyncio.Event(), [0.0]
     ticker = asyncio.create_task(_ticker(stop, worst))
     await asyncio.sleep(0.01)
     start = time.perf_counter()
-    if face == "async":
-        async with AsyncMemory.from_url(url) as memory:
-            async def run(batch: list[dict[str, Any]], key: str) -> None:
-                for message in batch:
-                    await memory.append("user", key, message, context=CTX)
-
-            await asyncio.gather(*(run(b, f"k{i}") for i, b in enumerate(_batches(count, tasks))))
-    else:
-        with Memory.from_url(url) as blocking:
-            async def run_blocking(batch: list[dict[str, Any]], key: str) -> None:
-                for message in batch:
-                    blocking.append("user", key, message, context=CTX)
-                    await asyncio.sleep(0)
-
-            await asyncio.gather(*(run_blocking(b, f"k{i}")
-                                   for i, b in enumerate(_batches(count, tasks))))
+    await _appends(memory, face, batches)
     elapsed = time.perf_counter() - start
     stop.set()
     await ticker
+    if face == "async":
+        await memory.aclose()
+    else:
+        memory.close()
     return worst[0] * 1000, count / elapsed
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "canonical_message",
     "canonical_messages",
     "coerce_content",
+    "dialect_mistake",
     "healed_placeholder",
     "json_copy",
 ]
@@ -219,6 +220,23 @@ def _dialect_hint(message: Mapping[Any, Any]) -> str | None:
     if role in ("developer", "function"):
         return (f"role {role!r} is OpenAI Chat's: convert the messages with "
                 f"{_CONVERTERS['openai']}")
+    return None
+
+
+def dialect_mistake(messages: Any) -> str | None:
+    """Why ``messages`` look like another dialect than canonical (naming the converter),
+    or ``None``: the one check :func:`canonical_messages` and the HTTP doors share."""
+    for index, message in enumerate(messages if isinstance(messages, list) else ()):
+        if not isinstance(message, Mapping):
+            continue
+        hint = _dialect_hint(message)
+        content = message.get("content")
+        if hint is None and isinstance(content, list) and any(
+                isinstance(b, Mapping) and b.get("type") in _ANTHROPIC_PAIRING for b in content):
+            hint = (f"Anthropic tool_use/tool_result blocks: convert the messages with "
+                    f"{_CONVERTERS['anthropic']} so the tool pairing is kept")
+        if hint is not None:
+            return f"messages[{index}]: {hint}"
     return None
 
 

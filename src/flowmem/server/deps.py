@@ -14,9 +14,11 @@ from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
+from pydantic import BaseModel
 
 from ..access import Action, Principal, SessionRecord, authorize
 from ..async_memory import AsyncMemory
+from ..formats import render, to_canonical
 from ..results import HistoryResult, ScopedAppendResult
 from ..scopes import ExecutionContext
 from .auth import InvalidCredentials, TokenBackend, hash_token
@@ -35,7 +37,9 @@ __all__ = [
     "caller",
     "history_page",
     "identified",
+    "incoming",
     "positioned",
+    "rendered",
     "session_for",
     "state",
     "strict_query",
@@ -153,6 +157,22 @@ async def session_for(server: ServerState, principal: Principal, session_id: str
     if action is Action.EDIT_MESSAGE and not principal.admin:
         raise ApiError("messages_immutable", decision.reason)
     raise ApiError("forbidden", decision.reason)
+
+
+def incoming(messages: list[Any], format: str) -> list[dict[str, Any]]:
+    """A body's messages as canonical entries: provider dialects converted at the door
+    (:mod:`flowmem.formats`), so limits, stamps and rules see one shape."""
+    dumped = [m.model_dump(exclude_unset=True) if isinstance(m, BaseModel) else m
+              for m in messages]
+    return dumped if format == "canonical" else to_canonical(dumped, format)
+
+
+def rendered(page: HistoryResult, format: str) -> dict[str, Any]:
+    """``{"rendered": ...}`` for a history answer in a provider's shape (none for canonical)."""
+    if format == "canonical":
+        return {}
+    result = render(page.messages, format)
+    return {"rendered": {"format": format, "dropped": result.dropped, "output": result.output}}
 
 
 def positioned(page: HistoryResult) -> list[dict[str, Any]]:

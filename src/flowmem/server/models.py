@@ -12,11 +12,21 @@ result, :class:`Page` a paged one, each described exactly (no other keys).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Final, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    TypeAdapter,
+    model_validator,
+)
 
 from ..access import SESSION_STATUSES
+from ..messages import dialect_mistake
 from .limits import Limits
 
 __all__ = [
@@ -88,6 +98,12 @@ class MessageIn(BaseModel):
 Messages = Annotated[list[MessageIn], Field(
     min_length=1, max_length=_DEFAULTS.max_messages_per_append,
     description=f"At most {_DEFAULTS.max_messages_per_append} messages per append.")]
+ProviderItems = Annotated[list[dict[str, Any]], Field(
+    min_length=1, max_length=_DEFAULTS.max_messages_per_append,
+    description="Messages or items of the dialect `format` names (OpenAI Chat, OpenAI "
+                "Responses, Anthropic; see docs/formats.md), converted before the append.")]
+Format = Annotated[Literal["canonical", "openai", "responses", "anthropic"], Field(
+    description="The dialect of `messages` in, or of `rendered` out (docs/formats.md).")]
 Window = Annotated[StrictInt | None, Field(
     ge=1, le=MAX_WINDOW, description="Keep at most this many messages (oldest evicted; "
                                      "session messages: admin only, MEM-15); none: unbounded.")]
@@ -130,10 +146,29 @@ class WriteBody(ScopedBody):
     value: Any
 
 
-class AppendBody(ScopedBody):
+_CANONICAL: Final = TypeAdapter(Messages)
+
+
+class _Incoming(BaseModel):
+    """``messages`` in the dialect ``format`` names; canonical ones typed strictly."""
+
+    messages: Messages | ProviderItems
+    format: Format = "canonical"
+
+    @model_validator(mode="after")
+    def _strict_when_canonical(self) -> _Incoming:
+        if self.format == "canonical" and any(not isinstance(m, MessageIn)
+                                              for m in self.messages):
+            mistaken = dialect_mistake(self.messages)
+            if mistaken is not None:
+                raise ValueError(mistaken)  # names the dialect and its converter
+            self.messages = _CANONICAL.validate_python(self.messages)
+        return self
+
+
+class AppendBody(_Incoming, ScopedBody):
     """Append messages to the conversation at (scope, key), MEM-1..14."""
 
-    messages: Messages
     max_messages: Window = None
 
 
@@ -150,6 +185,7 @@ class HistoryBody(ScopedBody):
     offset: StrictInt | None = Field(None, description="Newest messages to skip, floored at 0.")
     before: Annotated[StrictInt | None, Field(
         ge=0, le=2 ** 62, description="Cursor from the previous page's ``before``.")] = None
+    format: Format = "canonical"
 
 
 class SessionCreate(_Strict):
@@ -159,10 +195,9 @@ class SessionCreate(_Strict):
     owner_less: StrictBool = False
 
 
-class TurnBody(_Strict):
+class TurnBody(_Incoming, _Strict):
     """Append a turn (any roles) to the session's conversation."""
 
-    messages: Messages
     max_messages: Window = None
 
 
@@ -198,11 +233,21 @@ class PositionedMessage(_Out):
     message: dict[str, Any]
 
 
+class Rendered(_Out):
+    """The page as a provider takes it (sendable after MEM-5's repairs); ``dropped``
+    counts what the repairs and the target removed."""
+
+    format: str
+    dropped: int
+    output: list[dict[str, Any]] | dict[str, Any]
+
+
 class MessagePage(_Out):
     """Messages oldest first; ``before`` is the cursor of the next older page."""
 
     messages: list[PositionedMessage]
     before: int | None
+    rendered: Rendered | None = None
 
 
 class TurnOut(_Out):
@@ -255,10 +300,12 @@ class AppendOut(_Where):
 
 
 class HistoryOut(_Where):
-    """A page of a conversation, oldest first; refused: empty."""
+    """A page of a conversation, oldest first; refused: empty. With ``format``,
+    ``rendered`` holds the page in that provider's shape."""
 
     messages: list[PositionedMessage]
     before: int | None
+    rendered: Rendered | None = None
 
 
 class WhoAmI(_Out):

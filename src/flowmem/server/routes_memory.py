@@ -22,7 +22,15 @@ from fastapi import APIRouter
 
 from ..access import SHARED_SCOPES, Level
 from ..results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
-from .deps import Caller, Server, append_and_echo, history_page, positioned
+from .deps import (
+    Caller,
+    Server,
+    append_and_echo,
+    history_page,
+    incoming,
+    positioned,
+    rendered,
+)
 from .guard import forget_writer, memory_context, record_writer, stamp, written_by
 from .idempotency import IdempotencyHeader, mark_replayed, memory_key
 from .limits import check_value, json_bytes
@@ -102,7 +110,7 @@ async def append(body: AppendBody, principal: Caller, server: Server,
                  idempotency: IdempotencyHeader = None) -> AsciiJSONResponse:
     context = await memory_context(server, principal, body, Level.WRITE,
                                    erases=body.max_messages is not None)
-    messages = [m.model_dump(exclude_unset=True) for m in body.messages]
+    messages = incoming(body.messages, body.format)
     if body.scope in SHARED_SCOPES:
         messages = stamp(messages, principal)
     result, echo = await append_and_echo(server, body.scope, body.key, messages, context,
@@ -123,5 +131,5 @@ async def history(body: HistoryBody, principal: Caller,
     context = await memory_context(server, principal, body, Level.READ)
     page, total = await history_page(server, body.scope, body.key, context, limit=limit,
                                      offset=offset, before=body.before)
-    return paged({**_where(page), "messages": positioned(page), "before": page.before},
-                 total, limit, offset)
+    return paged({**_where(page), "messages": positioned(page), "before": page.before,
+                  **rendered(page, body.format)}, total, limit, offset)

@@ -23,7 +23,9 @@ from .deps import (
     ServerState,
     append_and_echo,
     history_page,
+    incoming,
     positioned,
+    rendered,
     session_for,
 )
 from .idempotency import IdempotencyHeader, mark_replayed, memory_key
@@ -54,6 +56,8 @@ Position = Annotated[int, Path(ge=0, le=MAX_POSITION, description="A message's s
 Limit = Annotated[int | None, Query(description="Page size, clamped to 1..100 (API-6).")]
 Offset = Annotated[int | None, Query(description="Rows to skip, floored at 0 (API-6).")]
 Role = Annotated[Literal["owner", "viewer"], Query(description="Sessions I own or may view.")]
+Dialect = Annotated[Literal["canonical", "openai", "responses", "anthropic"], Query(
+    description="Also render the page as this provider takes it (`rendered`; docs/formats.md).")]
 Optional = Annotated[EmptyBody | None, Body(description="Optional; absent reads as `{}`.")]
 
 
@@ -135,7 +139,7 @@ async def append_turn(session_id: str, body: TurnBody, principal: Identified, se
     if body.max_messages is not None:  # evicting session messages: admin only (MEM-15)
         await session_for(server, principal, session_id, Action.EDIT_MESSAGE)
     _writable(record)
-    messages = [m.model_dump(exclude_unset=True) for m in body.messages]
+    messages = incoming(body.messages, body.format)
     result, echo = await append_and_echo(server, "session", TRANSCRIPT_KEY, messages,
                                          session_context(record),
                                          body.max_messages or server.settings.session_window,
@@ -169,13 +173,14 @@ async def reset_session(session_id: str, principal: Identified, server: Server,
 @router.get("/{session_id}/messages", response_model=Page[MessagePage],
             summary="A page of the session's messages, oldest first (viewers too)")
 async def list_messages(session_id: str, principal: Identified, server: Server,
-                  limit: Limit = None, offset: Offset = None,
-                  before: Cursor = None) -> AsciiJSONResponse:
+                        limit: Limit = None, offset: Offset = None, before: Cursor = None,
+                        format: Dialect = "canonical") -> AsciiJSONResponse:
     record = await session_for(server, principal, session_id, Action.VIEW)
     size, skip = clamp_page(limit, offset, server.settings.page_size)
     page, total = await history_page(server, "session", TRANSCRIPT_KEY, session_context(record),
                                      limit=size, offset=skip, before=before)
-    return paged({"messages": positioned(page), "before": page.before}, total, size, skip)
+    return paged({"messages": positioned(page), "before": page.before,
+                  **rendered(page, format)}, total, size, skip)
 
 
 def _updated(server: ServerState, principal: Principal,
