@@ -79,6 +79,7 @@ async function signIn(token) {
   $("whoami").textContent = state.me.user_id + (state.me.admin ? " (admin)" : "");
   $("signout").hidden = false;
   await loadSessions();
+  document.body.dataset.signedIn = state.me.user_id;
   const wanted = new URLSearchParams(location.hash.slice(1)).get("session");
   if (wanted) await openSession(wanted);
 }
@@ -93,6 +94,7 @@ function showSignIn(message) {
 
 function signOut(message) {
   stopStream();
+  delete document.body.dataset.signedIn;
   sessionStorage.removeItem(TOKEN_KEY);
   Object.assign(state, { token: null, me: null, session: null });
   showSignIn(message);
@@ -128,6 +130,7 @@ async function openSession(id) {
   }
   history.replaceState(null, "", "#session=" + record.id);
   state.session = record;
+  delete $("transcript").dataset.loaded;
   state.canDrive = state.me.admin || (record.owner !== null && record.owner === state.me.user_id);
   state.messages = new Map();
   state.fresh = new Set();
@@ -137,6 +140,7 @@ async function openSession(id) {
   renderHead();
   renderControls();
   await loadPage(null);
+  $("transcript").dataset.loaded = record.id;
   for (const b of document.querySelectorAll("[data-session]"))
     b.classList.toggle("current", b.dataset.session === record.id);
   startStream(record.id);
@@ -288,20 +292,25 @@ function onEvent(event, data) {
     renderHead();
   } else if (event === "change") {
     if (data.removed.length && data.count === 0) state.messages = new Map();
-    merge(data.messages, data.removed);
+    const news = merge(data.messages, data.removed);
     state.total = data.count;
-    if (data.appended || data.healed.length || data.replaced.length || data.removed.length) addDelta("live", data);
+    if (news || data.removed.length) addDelta("live", data);  // not again for this page's own turn
     render();
   }
 }
 
 function merge(items, removed) {
+  let news = 0;
   for (const position of removed) state.messages.delete(position);
   for (const item of items) {
     const known = state.messages.get(item.position);
-    if (!known || JSON.stringify(known) !== JSON.stringify(item.message)) state.fresh.add(item.position);
+    if (!known || JSON.stringify(known) !== JSON.stringify(item.message)) {
+      state.fresh.add(item.position);
+      news += 1;
+    }
     state.messages.set(item.position, item.message);
   }
+  return news;
 }
 
 // ---- the transcript -------------------------------------------------------------------
