@@ -98,7 +98,12 @@ class Tail:
             if before is None:
                 if self.seen and position < min(self.seen):
                     continue  # an older entry slid into the window: not a change
-                (healed if _is_healed(message) else added).append(position)
+                if _is_healed(message):
+                    healed.append(position)
+                elif position % SLOT:  # a placeholder inserted and replaced since
+                    replaced.append(position)
+                else:
+                    added.append(position)
             elif position in self.healed and not _is_healed(message):
                 replaced.append(position)
             else:
@@ -106,7 +111,7 @@ class Tail:
             out.append({"position": position, "message": message})
         removed = sorted(p for p in self.seen if p not in fresh
                          and (oldest is None or p >= oldest))
-        appended = sum(1 for p in added if p % SLOT == 0)
+        appended = len(added)
         self.count = count
         self.seen = fresh
         self.healed = {p for p, m in zip(positions, messages, strict=True) if _is_healed(m)}
