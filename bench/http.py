@@ -105,19 +105,22 @@ def measure(base: str, token: str, clients: int,
             seconds: float) -> tuple[int, float, float, float]:
     """(appends, appends/s, p50 ms, p99 ms) for ``clients`` concurrent clients."""
     per_client: list[list[float]] = [[] for _ in range(clients)]
-    start = threading.Barrier(clients + 1)
-    deadline = {"at": 0.0}
+    deadline = {"at": 0.0, "began": 0.0}
+
+    def go() -> None:  # the clock starts once every client has its session (cold pools)
+        deadline["began"] = time.monotonic()
+        deadline["at"] = deadline["began"] + seconds
+
+    start = threading.Barrier(clients + 1, action=go)
     threads = [threading.Thread(target=_client_loop, daemon=True,
                                 args=(base, token, deadline, per_client[i], start))
                for i in range(clients)]
     for thread in threads:
         thread.start()
-    began = time.monotonic()
-    deadline["at"] = began + seconds
     start.wait()
     for thread in threads:
         thread.join()
-    elapsed = time.monotonic() - began
+    elapsed = time.monotonic() - deadline["began"]
     latencies = sorted(x for lat in per_client for x in lat)
     if not latencies:
         return 0, 0.0, 0.0, 0.0

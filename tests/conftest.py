@@ -33,6 +33,26 @@ def reopen(backend: Backend) -> Callable[[], Store] | None:
     return backend.open if backend.persistent else None
 
 
+@pytest.fixture(autouse=True)
+def _close_worlds() -> Iterator[None]:
+    """Close the server worlds a test opened (their loop, client and store)."""
+    support = sys.modules.get("server_support")
+    before = len(support.open_worlds()) if support is not None else 0
+    yield
+    support = sys.modules.get("server_support")
+    if support is not None:
+        support.close_worlds(keep=before)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_module_worlds() -> Iterator[None]:
+    """Close the worlds test modules opened at import, when the run ends."""
+    yield
+    support = sys.modules.get("server_support")
+    if support is not None:
+        support.close_worlds()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _drop_session_data() -> Iterator[None]:
     """Remove this session's PostgreSQL schema and Redis keys when the run ends."""

@@ -1,5 +1,11 @@
 """Shared helpers of the server tests: an app, tokens per role, a seeded session.
 
+The app runs on ONE event loop: a :class:`World`'s client is a TestClient
+entered as a context manager, so one portal (one loop) serves every request,
+and whatever a test does to the app's store runs on that loop too
+(:meth:`World.run`) — a PostgreSQL pool or a Redis client is bound to the loop
+that first used it. conftest closes every world a test opened.
+
 Every response any server test receives through :class:`CheckedClient` (or an
 httpx client with :func:`check_envelope` as a response hook) is checked
 against the envelopes (API-5, API-8): a refusal is
@@ -18,7 +24,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +34,7 @@ import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from flowmem.memory import Memory
+from flowmem.async_memory import AsyncMemory
 from flowmem.server import Settings, create_app
 from flowmem.server.responses import ERROR_CODES
 
@@ -64,7 +70,7 @@ def check_envelope(response: Any) -> None:
 
 
 class CheckedClient(TestClient):
-    """A TestClient that checks the envelope of every response."""
+    """A TestClient that checks the envelope of every response (enter it: ``with``)."""
 
     def request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         response = super().request(*args, **kwargs)
@@ -81,7 +87,7 @@ class World:
 
     app: FastAPI
     client: TestClient
-    memory: Memory
+    memory: AsyncMemory
     tokens: dict[str, str] = field(default_factory=dict)
     session_id: str = ""
 
@@ -100,8 +106,25 @@ class World:
         return self.client.request(method, path, content=content, headers=headers,
                                    params=params)
 
-    def token_for(self, user: str, *, admin: bool = False) -> str:
-        return self.app.state.flowmem.tokens.create(user, admin=admin)
+    def run(self, function: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        """``await function(*args, **kwargs)`` on the app's own loop (the client's portal)."""
+        async def call() -> Any:
+            return await function(*args, **kwargs)
+
+        return self.client.portal.call(call)
+
+    def token_for(self, user: str, *, admin: bool = False, **options: Any) -> str:
+        return str(self.run(self.app.state.flowmem.tokens.create, user, admin=admin,
+                            **options))
+
+    def close(self) -> None:
+        """Close the memory on the app's loop, then the client (its loop and lifespan)."""
+        if self in _OPEN:
+            _OPEN.remove(self)
+            try:
+                self.run(self.memory.aclose)
+            finally:
+                self.client.__exit__(None, None, None)
 
     def new_session(self, role: str, title: str = "", **extra: Any) -> str:
         response = self.call(role, "POST", "/v1/sessions", {"title": title, **extra})
@@ -110,15 +133,18 @@ class World:
 
 
 def make_world(store: str = "memory://", settings: Settings | None = None,
-               seed: bool = True) -> World:
+               seed: bool = True, client_class: type[CheckedClient] = CheckedClient) -> World:
     """A fresh app over ``store`` with a token per role (and a seeded session).
 
     The rate limit is off unless ``settings`` ask for one (its own tests do).
     """
-    memory = Memory.from_url(store)
+    memory = AsyncMemory.from_url(store)
     settings = settings or Settings(rate_limit=0.0)
     app = create_app(memory, settings)
-    world = World(app=app, client=CheckedClient(app), memory=memory)
+    client = client_class(app)
+    client.__enter__()  # one portal, one loop, for every request of this world
+    world = World(app=app, client=client, memory=memory)
+    _OPEN.append(world)
     for role, user in USERS.items():
         world.tokens[role] = world.token_for(user, admin=role == "admin")
     if seed:
@@ -130,6 +156,20 @@ def make_world(store: str = "memory://", settings: Settings | None = None,
                           {"messages": [{"role": "user", "content": "hello"}]})
         assert turn.status_code == 200, turn.text
     return world
+
+
+_OPEN: list[World] = []
+
+
+def open_worlds() -> list[World]:
+    """The worlds not closed yet, oldest first."""
+    return list(_OPEN)
+
+
+def close_worlds(keep: int = 0) -> None:
+    """Close every open world but the ``keep`` oldest (conftest's fixtures call it)."""
+    for world in reversed(_OPEN[keep:]):
+        world.close()
 
 
 def free_port() -> int:

@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from flowmem.access import Principal
 from flowmem.cli import main
 from flowmem.server.auth import TokenBackend
-from flowmem.stores import open_store
+from flowmem.stores import open_async_store
+
+
+def lookup(url: str, token: str) -> Principal | None:
+    """What the token stands for in the store at ``url`` (one loop opens and closes it)."""
+    async def run() -> Principal | None:
+        store = open_async_store(url)
+        try:
+            return await TokenBackend(store).lookup(token)
+        finally:
+            await store.aclose()
+
+    return asyncio.run(run())
 
 
 def test_token_create_prints_a_token_stored_hashed(tmp_path: Path) -> None:
@@ -19,12 +33,8 @@ def test_token_create_prints_a_token_stored_hashed(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     token = result.output.strip()
     assert token.startswith("fm_") and len(token) > 30
-    store = open_store(url)
-    try:
-        principal = TokenBackend(store).lookup(token)
-        assert principal is not None and principal.user_id == "alice" and not principal.admin
-    finally:
-        store.close()
+    principal = lookup(url, token)
+    assert principal is not None and principal.user_id == "alice" and not principal.admin
     assert token.encode() not in (tmp_path / "m.db").read_bytes()
 
 
@@ -33,12 +43,8 @@ def test_token_create_admin_uses_flowmem_store_env(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["token", "create", "--user", "root", "--admin"],
                                 env={"FLOWMEM_STORE": url})
     assert result.exit_code == 0, result.output
-    store = open_store(url)
-    try:
-        principal = TokenBackend(store).lookup(result.output.strip())
-        assert principal is not None and principal.admin
-    finally:
-        store.close()
+    principal = lookup(url, result.output.strip())
+    assert principal is not None and principal.admin
 
 
 def test_token_create_refuses_an_unusable_user() -> None:
@@ -75,11 +81,7 @@ def test_token_grants_expiry_list_and_revoke(tmp_path: Path) -> None:
     assert row["user_id"] == "svc" and row["grants"] == ["workflow:support-*:write"]
     assert row["expires_at"] > row["created_at"] and token not in listed.output
     assert runner.invoke(main, ["token", "revoke", row["id"], "--store", url]).exit_code == 0
-    store = open_store(url)
-    try:
-        assert TokenBackend(store).lookup(token) is None
-    finally:
-        store.close()
+    assert lookup(url, token) is None
 
 
 @pytest.mark.parametrize("args", [["--grant", "user:*:read"], ["--grant", "workflow:*"],

@@ -33,8 +33,7 @@ def memory_op(world: World, role: str, op: str, **body: Any) -> Any:
 
 
 def all_keys(world: World) -> list[tuple[str, str, str]]:
-    store = world.memory.store
-    data = getattr(store, "_data", {})
+    data = world.memory.store._store._data  # type: ignore[attr-defined]  # memory:// only
     return [(k.scope, k.scope_id, k.key) for k in data if k.scope != RESERVED_SCOPE]
 
 
@@ -98,10 +97,8 @@ def test_user_scope_of_an_identified_caller_is_its_own(world: World) -> None:
 
 
 def test_global_and_workflow_scopes_come_from_the_request(world: World) -> None:
-    world.tokens["svc"] = world.app.state.flowmem.tokens.create(
-        "svc", grants=["workflow:wf:write"])
-    world.tokens["reader"] = world.app.state.flowmem.tokens.create(
-        "reader", grants=["workflow:*:read"])
+    world.tokens["svc"] = world.token_for("svc", grants=["workflow:wf:write"])
+    world.tokens["reader"] = world.token_for("reader", grants=["workflow:*:read"])
     memory_op(world, "svc", "write", scope="workflow", key="k", value=1,
               context={"workflow_id": "wf"})
     read = memory_op(world, "reader", "read", scope="workflow", key="k",
@@ -291,9 +288,9 @@ def test_list_mine_pages(world: World) -> None:
 # -- authentication -----------------------------------------------------------------------------
 def test_tokens_are_stored_hashed(world: World) -> None:
     token = world.tokens["owner"]
-    found, record = world.memory.store.read(reserved("tokens", hash_token(token)))
+    found, record = world.run(world.memory.store.read, reserved("tokens", hash_token(token)))
     assert found and record["user_id"] == "alice" and token not in repr(record)
-    assert token not in repr(getattr(world.memory.store, "_data", {}))
+    assert token not in repr(world.memory.store._store._data)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("header", ["Bearer nope", "Basic YWxpY2U6eA==", "Bearer", "x"])
@@ -383,7 +380,7 @@ def test_invalid_message_is_400(world: World) -> None:
 
 
 def test_store_failure_is_503(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
-    def down(*args: Any, **kwargs: Any) -> Any:
+    async def down(*args: Any, **kwargs: Any) -> Any:
         raise StoreUnavailable("database is down")
 
     monkeypatch.setattr(world.memory.store, "write", down)
@@ -413,7 +410,7 @@ def test_openapi_documents_limits_refusal_and_no_422(world: World) -> None:
 
 def test_mem15_message_of_an_unloadable_session_is_denied(world: World) -> None:
     sid = world.session_id
-    world.memory.store.write(reserved("sessions", sid), "not a session record")
+    world.run(world.memory.store.write, reserved("sessions", sid), "not a session record")
     edit = {"message": {"role": "user", "content": "x"}}
     for role in ("admin", "owner"):
         assert world.call(role, "PUT", f"/v1/sessions/{sid}/messages/0", edit).status_code == 404

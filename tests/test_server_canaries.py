@@ -8,6 +8,7 @@ received is scanned: a canary of another user in it is a leak. Expected: 0.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import re
 import threading
@@ -18,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from flowmem.memory import Memory
+from flowmem.async_memory import AsyncMemory
 from flowmem.server import create_app
 from server_support import check_envelope, live_server
 
@@ -46,9 +47,15 @@ class Audit:
 
 
 def test_no_foreign_canary_in_any_response(tmp_path: Path) -> None:
-    memory = Memory.from_url(f"sqlite:///{tmp_path}/canaries.db?synchronous=normal")
+    # SQLite's async store is not bound to a loop: tokens are made on a loop of their
+    # own, the server's thread runs another, and the memory is closed on a third.
+    memory = AsyncMemory.from_url(f"sqlite:///{tmp_path}/canaries.db?synchronous=normal")
     app = create_app(memory)
-    tokens = {u: app.state.flowmem.tokens.create(u) for u in USERS}
+
+    async def issue() -> dict[str, str]:
+        return {u: await app.state.flowmem.tokens.create(u) for u in USERS}
+
+    tokens = asyncio.run(issue())
     audit = Audit()
     with live_server(app) as base, httpx.Client(
             base_url=base, timeout=30, limits=httpx.Limits(max_connections=32),
@@ -101,7 +108,7 @@ def test_no_foreign_canary_in_any_response(tmp_path: Path) -> None:
 
         with ThreadPoolExecutor(32) as pool:
             totals = sum(pool.map(read_back, USERS), Counter())
-    memory.close()
+    asyncio.run(memory.aclose())
     print(f"\ncanaries: {len(USERS)} users x {SESSIONS_PER_USER} sessions, {len(tasks)} "
           f"concurrent drives; own canaries seen {audit.own}; foreign canaries "
           f"{len(audit.foreign)}")

@@ -6,6 +6,7 @@ Every response these tests receive is also checked by ``server_support.check_env
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -17,10 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from flowmem.async_memory import AsyncMemory
 from flowmem.errors import StoreBusy, StoreError
+from flowmem.server import create_app
 from flowmem.server.registry import reserved
 from flowmem.server.responses import ERROR_CODES
-from server_support import REFUSALS, World, app_routes, make_world
+from server_support import REFUSALS, CheckedClient, World, app_routes, make_world
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "http.md"
 MIB = 1_048_576
@@ -178,7 +181,7 @@ def test_store_failures_are_classified_with_fixed_messages(
     for error, status, code in ((StoreBusy(secret), 503, "store_busy"),
                                 (StoreError(secret), 500, "store_failed"),
                                 (RuntimeError(secret), 500, "internal_error")):
-        def fail(*args: Any, error: Exception = error, **kwargs: Any) -> Any:
+        async def fail(*args: Any, error: Exception = error, **kwargs: Any) -> Any:
             raise error
 
         monkeypatch.setattr(world.memory.store, "write", fail)
@@ -207,7 +210,48 @@ def test_a_dropped_table_answers_without_driver_text_or_path(tmp_path: Path) -> 
         assert response.status_code >= 500, response.text
         assert str(tmp_path) not in response.text and "kv" not in response.text
         assert "SQLite" not in response.text and "table" not in response.text
-    world.memory.close()
+    world.close()
+
+
+def test_a_read_only_database_refuses_writes_with_its_own_code(tmp_path: Path) -> None:
+    """A read-only SQLite store (StoreReadOnly) answers ``store_read_only`` 503, one code
+    for one refusal (API-8); reads still work; nothing changes."""
+    url = f"sqlite:///{tmp_path / 'ro.db'}"
+    world = make_world(url)
+    token = world.tokens["owner"]
+    written = world.call("owner", "POST", "/v1/memory/write",
+                         {"scope": "user", "key": "k", "value": 1})
+    assert written.status_code == 200, written.text
+    world.close()
+    memory = AsyncMemory.from_url(f"{url}?mode=ro")
+    headers = {"Authorization": f"Bearer {token}"}
+    with CheckedClient(create_app(memory)) as client:
+        for path, body in (("/v1/memory/write", {"scope": "user", "key": "k", "value": 2}),
+                           ("/v1/sessions", {"title": "t"})):
+            refused = client.post(path, json=body, headers=headers)
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["error_code"] == "store_read_only"
+            assert str(tmp_path) not in refused.text
+        read = client.post("/v1/memory/read", json={"scope": "user", "key": "k"},
+                           headers=headers)
+        assert read.status_code == 200 and read.json()["data"]["value"] == 1
+        client.portal.call(memory.aclose)
+
+
+def test_concurrent_updates_of_one_session_wait_for_each_other(tmp_path: Path) -> None:
+    """Coroutines updating one session record queue in process (no lost update), never
+    on the store's lock: SQLite's one connection thread must stay free for the holder."""
+    world = make_world(f"sqlite:///{tmp_path / 'u.db'}", seed=False)
+    sid = world.new_session("owner")
+    registry = world.app.state.flowmem.sessions
+    viewers = [f"v{i}" for i in range(8)]
+
+    async def grant_all() -> list[Any]:
+        return list(await asyncio.gather(*(registry.grant(sid, v) for v in viewers)))
+
+    assert all(record is not None for record in world.run(grant_all))
+    got = world.call("owner", "GET", f"/v1/sessions/{sid}").json()["data"]["viewers"]
+    assert sorted(got) == viewers
 
 
 # -- API-8: the published table ----------------------------------------------------------------
@@ -238,7 +282,7 @@ def test_session_status_is_a_closed_vocabulary_stored_as_served() -> None:
 
     def status() -> tuple[str, str]:
         served = world.call("owner", "GET", f"/v1/sessions/{sid}").json()["data"]["status"]
-        _, stored = world.memory.store.read(reserved("sessions", sid))
+        _, stored = world.run(world.memory.store.read, reserved("sessions", sid))
         return served, stored["status"]
 
     assert status() == ("idle", "idle")
@@ -254,8 +298,9 @@ def test_session_status_is_a_closed_vocabulary_stored_as_served() -> None:
 def test_a_record_with_the_old_spelling_is_served_in_the_vocabulary() -> None:
     world = make_world()
     for sid, expected in ((world.session_id, "completed"), (world.new_session("owner"), "idle")):
-        _, record = world.memory.store.read(reserved("sessions", sid))
-        world.memory.store.write(reserved("sessions", sid), {**record, "status": "active"})
+        _, record = world.run(world.memory.store.read, reserved("sessions", sid))
+        world.run(world.memory.store.write, reserved("sessions", sid),
+                  {**record, "status": "active"})
         served = world.call("owner", "GET", f"/v1/sessions/{sid}").json()["data"]["status"]
         assert served == expected
 
@@ -287,8 +332,8 @@ def test_any_body_on_any_door_is_answered_never_a_5xx(body: bytes,
     assert response.status_code < 500, response.text
     if not body:
         return  # an absent body reads as {} (API-1): the door's own answer
-    try:
-        document = json.loads(body)
+    try:  # the gate reads UTF-8 only; json.loads alone would also take UTF-16 or a BOM
+        document = json.loads(body.decode("utf-8"))
     except ValueError:
         document = None
         assert response.json()["error_code"].startswith("body_")

@@ -51,8 +51,7 @@ def _aim_at_the_session(case: Any, world: World, flip: bool) -> None:
 @pytest.mark.parametrize("role", [*ROLES, "svc"])
 def test_schemathesis(role: str, mode: GenerationMode) -> None:
     world = make_world()
-    world.tokens["svc"] = world.app.state.flowmem.tokens.create(
-        "svc", grants=["workflow:*:write", "global:*:read"])
+    world.tokens["svc"] = world.token_for("svc", grants=["workflow:*:write", "global:*:read"])
     schema = schemathesis.openapi.from_asgi("/openapi.json", world.app)
     headers = world.headers(role)
     checks = CHECKS + ([negative_data_rejection] if mode is GenerationMode.NEGATIVE else [])

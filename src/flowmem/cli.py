@@ -11,19 +11,24 @@ working directory).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
+from .async_memory import AsyncMemory
 from .cli_formats import register as register_formats
 from .cli_memory import register
 from .errors import FlowmemError, MissingDependency
-from .memory import Memory
 from .metrics import Metrics
+
+if TYPE_CHECKING:
+    from .server.auth import TokenBackend
 
 __all__ = ["main"]
 
@@ -32,9 +37,12 @@ logger = logging.getLogger("flowmem")
 _STORE_HELP = "Store URL (default: $FLOWMEM_STORE or sqlite:///flowmem.db)."
 
 
-def _memory(store: str | None, metrics: Metrics | None = None) -> Memory:
+T = TypeVar("T")
+
+
+def _memory(store: str | None, metrics: Metrics | None = None) -> AsyncMemory:
     try:
-        return Memory.from_url(store, metrics=metrics)
+        return AsyncMemory.from_url(store, metrics=metrics)
     except FlowmemError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -113,11 +121,18 @@ def token() -> None:
     """Manage bearer tokens (stored hashed; a token is shown once)."""
 
 
-def _tokens(store: str | None) -> tuple[Memory, Any]:
+def _tokens(store: str | None, work: Callable[[TokenBackend], Awaitable[T]]) -> T:
+    """Run ``work`` on the store's tokens in one event loop that opens and closes the store."""
     from .server.auth import TokenBackend
 
-    memory = _memory(store)
-    return memory, TokenBackend(memory.store)
+    async def run() -> T:
+        async with _memory(store) as memory:
+            return await work(TokenBackend(memory.store))
+
+    try:
+        return asyncio.run(run())
+    except FlowmemError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @token.command("create")
@@ -133,13 +148,8 @@ def token_create(user_id: str, admin: bool, grants: tuple[str, ...], expires: st
                  store: str | None) -> None:
     """Create a token and print it once (only its hash is stored)."""
     seconds = _duration(expires)
-    memory, backend = _tokens(store)
-    try:
-        value = backend.create(user_id, admin=admin, grants=grants, expires_in=seconds)
-    except FlowmemError as exc:
-        raise click.ClickException(str(exc)) from None
-    finally:
-        memory.close()
+    value = _tokens(store, lambda backend: backend.create(user_id, admin=admin, grants=grants,
+                                                          expires_in=seconds))
     click.echo(value)
 
 
@@ -154,13 +164,7 @@ def _when(stamp: float | None) -> str:
 @click.option("--store", default=None, help=_STORE_HELP)
 def token_list(as_json: bool, store: str | None) -> None:
     """List tokens: id, user, admin, grants, created, expires, last used (never the secret)."""
-    memory, backend = _tokens(store)
-    try:
-        tokens = backend.tokens()
-    except FlowmemError as exc:
-        raise click.ClickException(str(exc)) from None
-    finally:
-        memory.close()
+    tokens = _tokens(store, lambda backend: backend.tokens())
     if as_json:
         for info in tokens:
             click.echo(json.dumps(info.to_json(), ensure_ascii=True))
@@ -179,13 +183,7 @@ def token_list(as_json: bool, store: str | None) -> None:
 @click.option("--store", default=None, help=_STORE_HELP)
 def token_revoke(token_id: str, store: str | None) -> None:
     """Revoke the token with this id (from ``flowmem token list``): it answers 401 at once."""
-    memory, backend = _tokens(store)
-    try:
-        revoked = backend.revoke(token_id)
-    except FlowmemError as exc:
-        raise click.ClickException(str(exc)) from None
-    finally:
-        memory.close()
+    revoked = _tokens(store, lambda backend: backend.revoke(token_id))
     if not revoked:
         raise click.ClickException(f"no token with id {token_id!r}")
     click.echo(f"revoked {token_id}")

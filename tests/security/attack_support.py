@@ -41,8 +41,7 @@ class AttackClient(CheckedClient):
 def attack_world(settings: Settings | None = None, *, seed: bool = True,
                  store: str = "memory://") -> World:
     """A world whose client counts (see ``server_support.make_world``)."""
-    world = make_world(store, settings, seed=False)
-    world.client = AttackClient(world.app)
+    world = make_world(store, settings, seed=False, client_class=AttackClient)
     if seed:
         from server_support import USERS
         world.session_id = world.new_session("owner", "seeded")

@@ -191,12 +191,12 @@ def test_6_tokens_are_listed_revoked_and_expire(tmp_path: Path) -> None:
            "invalid_token")
     again = cli.invoke(main, ["token", "revoke", token_id, "--store", url])
     case("#6 revoking twice fails cleanly", again.exit_code != 0 and "no token" in again.output)
-    world.tokens["brief"] = world.app.state.flowmem.tokens.create("brief", expires_in=0.2)
+    world.tokens["brief"] = world.token_for("brief", expires_in=0.2)
     expect("#6 before expiry", world.call("brief", "GET", "/v1/whoami"), 200)
     time.sleep(0.3)
     expect("#6 expired answers 401", world.call("brief", "GET", "/v1/whoami"), 401,
            "invalid_token")
-    world.memory.close()
+    world.close()
     no_deviations("#6 ")
 
 

@@ -93,7 +93,7 @@ def _world(anonymous: str | None) -> World:
     world = attack_world(Settings(anonymous=Level(anonymous) if anonymous else None,
                                   rate_limit=0.0))
     for name, grants in GRANTS.items():
-        world.tokens[name] = world.app.state.flowmem.tokens.create(name, grants=grants)
+        world.tokens[name] = world.token_for(name, grants=grants)
     return world
 
 

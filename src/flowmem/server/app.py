@@ -1,6 +1,8 @@
 """``create_app(memory, settings)``: the storage API of GR-MEM over HTTP.
 
-A thin layer over :class:`~flowmem.Memory` and the store: the gates
+A thin asyncio layer over :class:`~flowmem.AsyncMemory` and its
+:class:`~flowmem.store.AsyncStore` (every endpoint a coroutine, no thread
+pool): the gates
 (:mod:`.gate`: Host, the one body gate, the generic failure),
 authentication (:mod:`.auth`), the access rules (:mod:`flowmem.access`,
 MEM-8/9/15), the session registry (:mod:`.sessions`) and the limits
@@ -11,6 +13,8 @@ every refusal carries a code of :data:`~.responses.ERROR_CODES` (API-8).
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -20,6 +24,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from .. import __version__
+from ..async_memory import AsyncMemory
 from ..errors import (
     FlowmemError,
     InvalidInput,
@@ -28,9 +33,9 @@ from ..errors import (
     KeyConflict,
     StoreBusy,
     StoreError,
+    StoreReadOnly,
     StoreUnavailable,
 )
-from ..memory import Memory
 from . import metrics_http, routes_events, routes_memory, routes_meta, routes_sessions, routes_ui
 from .auth import TokenBackend
 from .deps import ServerState, strict_query
@@ -89,6 +94,9 @@ def _store_failure(exc: StoreError) -> Response:
     if isinstance(exc, StoreBusy):
         return error_response("store_busy", "the store is busy; nothing was changed; retry",
                               request_id=request_id, headers={"Retry-After": "1"})
+    if isinstance(exc, StoreReadOnly):
+        return error_response("store_read_only", "the store is read-only; nothing was changed",
+                              request_id=request_id)
     if isinstance(exc, StoreUnavailable):
         return error_response("store_unavailable",
                               "the store cannot be reached; nothing was changed",
@@ -173,12 +181,30 @@ def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     return schema
 
 
-def create_app(memory: Memory, settings: Settings | None = None) -> FastAPI:
-    """The ASGI app serving ``memory`` (see the module notes and ``docs/http.md``)."""
+def create_app(memory: AsyncMemory, settings: Settings | None = None, *,
+               owns_memory: bool = False) -> FastAPI:
+    """The ASGI app serving ``memory`` (see the module notes and ``docs/http.md``).
+
+    The caller keeps ``memory`` by default: it opened it, it closes it (with
+    ``await memory.aclose()`` on the loop that served the app — a PostgreSQL
+    pool or a Redis client belongs to the event loop that first used it).
+    With ``owns_memory=True`` the app's lifespan closes it at shutdown, on
+    the serving loop; ``flowmem serve`` does so.
+    """
     settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if owns_memory:
+                await memory.aclose()
+
     app = FastAPI(title="flowmem", version=__version__, docs_url=None, redoc_url=None,
                   default_response_class=AsciiJSONResponse, responses=ERROR_RESPONSES,
-                  dependencies=[Depends(strict_query)], redirect_slashes=False)
+                  dependencies=[Depends(strict_query)], redirect_slashes=False,
+                  lifespan=lifespan)
     app.state.flowmem = ServerState(memory=memory, tokens=TokenBackend(memory.store),
                                     sessions=SessionRegistry(memory.store), settings=settings,
                                     limiter=RateLimiter(settings.rate_limit, settings.burst))

@@ -10,7 +10,10 @@ itself is shown once, when it is created. A token's public id is the first
 A record holds the user id, the admin flag, the grants
 (``scope:glob:read|write``), when it was created, when it expires and when
 it was last used (written at most once a minute per token). An expired or
-revoked token is refused at once: every request reads the record.
+revoked token is refused at once: every request reads the record. Every
+method is a coroutine over an :class:`~flowmem.store.AsyncStore` (the
+service's loop never blocks on the store; the CLI runs them with
+:func:`asyncio.run`).
 
 A header that is present but not a valid bearer token is refused (401),
 never downgraded to anonymous. Identity never comes from a request body.
@@ -28,8 +31,8 @@ from typing import Any, Final
 from ..access import Grant, Principal
 from ..errors import InvalidInput
 from ..ids import usable_id
-from ..store import Store
-from .registry import RESERVED_SCOPE, as_mapping, reserved
+from ..store import AsyncStore
+from .registry import RESERVED_SCOPE, KeyLocks, as_mapping, reserved
 
 __all__ = ["TOKEN_PREFIX", "InvalidCredentials", "TokenBackend", "TokenInfo", "hash_token"]
 
@@ -84,11 +87,12 @@ def _info(digest: str, record: dict[str, Any]) -> TokenInfo | None:
 class TokenBackend:
     """Creates, lists, revokes and resolves bearer tokens kept in a store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: AsyncStore) -> None:
         self.store = store
+        self._locks = KeyLocks()
         self._touched: dict[str, float] = {}
 
-    def create(self, user_id: str, *, admin: bool = False, grants: Iterable[str] = (),
+    async def create(self, user_id: str, *, admin: bool = False, grants: Iterable[str] = (),
                expires_in: float | None = None) -> str:
         """A new token for ``user_id``; returns the token, stored hashed.
 
@@ -110,16 +114,16 @@ class TokenBackend:
         record = {"user_id": user, "admin": bool(admin), "grants": parsed, "created_at": now,
                   "expires_at": None if expires_in is None else now + expires_in,
                   "last_used_at": None}
-        self.store.write(reserved(_TOKENS, hash_token(token)), record)
+        await self.store.write(reserved(_TOKENS, hash_token(token)), record)
         return token
 
-    def tokens(self) -> list[TokenInfo]:
+    async def tokens(self) -> list[TokenInfo]:
         """Every stored token, oldest first."""
         found: list[TokenInfo] = []
         after: str | None = None
-        while digests := self.store.keys(RESERVED_SCOPE, _TOKENS, after=after, limit=500):
+        while digests := await self.store.keys(RESERVED_SCOPE, _TOKENS, after=after, limit=500):
             for digest in digests:
-                ok, value = self.store.read(reserved(_TOKENS, digest))
+                ok, value = await self.store.read(reserved(_TOKENS, digest))
                 record = as_mapping(value) if ok else None
                 info = _info(digest, record) if record is not None else None
                 if info is not None:
@@ -127,24 +131,24 @@ class TokenBackend:
             after = digests[-1]
         return sorted(found, key=lambda t: (t.created_at, t.id))
 
-    def revoke(self, token_id: str) -> bool:
+    async def revoke(self, token_id: str) -> bool:
         """Forget the token whose id (or whole hash) is ``token_id``; whether it existed."""
         wanted = token_id.strip().lower()
         if len(wanted) < _ID_LENGTH or any(c not in "0123456789abcdef" for c in wanted):
             return False
-        digests = self.store.keys(RESERVED_SCOPE, _TOKENS, prefix=wanted, limit=2)
+        digests = await self.store.keys(RESERVED_SCOPE, _TOKENS, prefix=wanted, limit=2)
         if len(digests) != 1:
             return False
         key = reserved(_TOKENS, digests[0])
-        with self.store.lock(key, _LOCK_TIMEOUT):
-            return self.store.delete(key)
+        async with self._locks.hold(self.store, key, _LOCK_TIMEOUT):
+            return await self.store.delete(key)
 
-    def lookup(self, token: str) -> Principal | None:
+    async def lookup(self, token: str) -> Principal | None:
         """The principal a live token stands for, or ``None`` (unknown, revoked, expired)."""
         if not token or len(token) > _MAX_TOKEN_LENGTH:
             return None
         digest = hash_token(token)
-        found, value = self.store.read(reserved(_TOKENS, digest))
+        found, value = await self.store.read(reserved(_TOKENS, digest))
         record = as_mapping(value) if found else None
         info = _info(digest, record) if record is not None else None
         if record is None or info is None:
@@ -156,26 +160,27 @@ class TokenBackend:
             grants = tuple(Grant.parse(g) for g in info.grants)
         except ValueError:
             return None  # a damaged record grants nothing: refuse the token
-        self._touch(digest, record, now)
+        await self._touch(digest, record, now)
         return Principal(info.user_id, info.admin, grants)
 
-    def _touch(self, digest: str, record: dict[str, Any], now: float) -> None:
+    async def _touch(self, digest: str, record: dict[str, Any], now: float) -> None:
         """Record ``last_used_at`` at most once a minute per token (per process)."""
         if now - self._touched.get(digest, 0.0) < _TOUCH_EVERY:
             return
         self._touched[digest] = now
         key = reserved(_TOKENS, digest)
-        with self.store.lock(key, _LOCK_TIMEOUT) as held:  # never resurrect a revoked token
-            found, current = self.store.read(key) if held else (False, None)
+        # under the lock: never resurrect a revoked token
+        async with self._locks.hold(self.store, key, _LOCK_TIMEOUT) as held:
+            found, current = await self.store.read(key) if held else (False, None)
             if found and isinstance(current, dict):
-                self.store.write(key, {**current, "last_used_at": now})
+                await self.store.write(key, {**current, "last_used_at": now})
 
     @staticmethod
     def token_id(token: str) -> str:
         """The public id of a token (what ``token list`` shows)."""
         return hash_token(token)[:_ID_LENGTH]
 
-    def authenticate(self, authorization: str | None) -> Principal:
+    async def authenticate(self, authorization: str | None) -> Principal:
         """Resolve an ``Authorization`` header value (``None``: anonymous).
 
         Raises :class:`InvalidCredentials` for a header that is not
@@ -186,7 +191,7 @@ class TokenBackend:
         scheme, _, token = authorization.strip().partition(" ")
         if scheme.lower() != "bearer":
             raise InvalidCredentials("expected an 'Authorization: Bearer <token>' header")
-        principal = self.lookup(token.strip())
+        principal = await self.lookup(token.strip())
         if principal is None:
             raise InvalidCredentials("unknown, revoked or expired token")
         return principal

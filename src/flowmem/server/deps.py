@@ -1,4 +1,10 @@
-"""What every route needs: the service state, the caller, the session it names."""
+"""What every route needs: the service state, the caller, the session it names.
+
+Every dependency and helper that may touch the store is a coroutine over the
+app's :class:`~flowmem.AsyncMemory` and its :class:`~flowmem.store.AsyncStore`:
+no store call runs on the event loop's thread blocking, and no endpoint or
+dependency is handed to a thread pool.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,8 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 
 from ..access import Action, Principal, SessionRecord, authorize
-from ..memory import HistoryResult, Memory, ScopedAppendResult
+from ..async_memory import AsyncMemory
+from ..results import HistoryResult, ScopedAppendResult
 from ..scopes import ExecutionContext
 from .auth import InvalidCredentials, TokenBackend, hash_token
 from .limits import check_messages
@@ -45,33 +52,37 @@ _bearer = HTTPBearer(auto_error=False, scheme_name="bearer",
 class ServerState:
     """The objects one app serves from."""
 
-    memory: Memory
+    memory: AsyncMemory
     tokens: TokenBackend
     sessions: SessionRegistry
     settings: Settings
     limiter: RateLimiter
 
 
-def state(request: Request) -> ServerState:
-    """The app's :class:`ServerState`."""
+def _state(request: Request) -> ServerState:
     found: ServerState = request.app.state.flowmem
     return found
 
 
-def caller(request: Request, _: Annotated[object, Depends(_bearer)]) -> Principal:
+async def state(request: Request) -> ServerState:
+    """The app's :class:`ServerState` (a coroutine: FastAPI runs it on the loop, no thread)."""
+    return _state(request)
+
+
+async def caller(request: Request, _: Annotated[object, Depends(_bearer)]) -> Principal:
     """The caller, from the bearer token only; then the caller's rate limit.
 
     Without a token: 401, unless the service opted in to anonymous use of
     the shared scopes (``Settings.anonymous``), when the caller is anonymous.
     """
-    server = state(request)
+    server = _state(request)
     header = request.headers.get("authorization")
     if header is None and server.settings.anonymous is None:
         raise ApiError("unauthenticated", "this service needs a bearer token",
                        headers={"WWW-Authenticate": "Bearer"})
     client = f"client:{request.client.host if request.client else '?'}"
     try:
-        principal = server.tokens.authenticate(header)
+        principal = await server.tokens.authenticate(header)
     except InvalidCredentials as exc:
         _limit(server, client)  # guessing tokens is limited per client address
         raise ApiError("invalid_token", str(exc),
@@ -87,7 +98,7 @@ def _limit(server: ServerState, key: str) -> None:
                        headers={"Retry-After": str(wait)})
 
 
-def identified(principal: Annotated[Principal, Depends(caller)]) -> Principal:
+async def identified(principal: Annotated[Principal, Depends(caller)]) -> Principal:
     """The caller, who must have an identity (401 for anonymous)."""
     if not principal.identified:
         raise ApiError("unauthenticated", "this operation needs a bearer token",
@@ -110,7 +121,7 @@ def _query_names(dependant: Any) -> set[str]:
     return names
 
 
-def strict_query(request: Request) -> None:
+async def strict_query(request: Request) -> None:
     """Unknown query parameters are refused (400), like unknown body fields."""
     route = request.scope.get("route")
     dependant = getattr(route, "dependant", None)
@@ -124,14 +135,14 @@ def strict_query(request: Request) -> None:
                                  "locator": f"query.{name}"} for name in unknown])
 
 
-def session_for(server: ServerState, principal: Principal, session_id: str,
+async def session_for(server: ServerState, principal: Principal, session_id: str,
                 action: Action) -> SessionRecord:
     """The session, if the access rules and hooks allow ``action`` on it.
 
     Not allowed and not visible (unknown, unloadable, or foreign): 404, so a
     refusal never reveals a foreign session. Visible but not allowed: 403.
     """
-    record = server.sessions.load(session_id)
+    record = await server.sessions.load(session_id)
     decision = authorize(principal, action, record, server.settings.hooks)
     if decision.error is not None:
         logger.warning("flowmem: %s; denying %s", decision.error, action.value)
@@ -150,7 +161,7 @@ def positioned(page: HistoryResult) -> list[dict[str, Any]]:
             for p, m in zip(page.positions, page.messages, strict=True)]
 
 
-def history_page(server: ServerState, scope: str, key: str, context: ExecutionContext, *,
+async def history_page(server: ServerState, scope: str, key: str, context: ExecutionContext, *,
                  limit: int, offset: int, before: int | None) -> tuple[HistoryResult, int]:
     """A page of a conversation and its total (API-6), at a cost bounded by the page.
 
@@ -159,28 +170,30 @@ def history_page(server: ServerState, scope: str, key: str, context: ExecutionCo
     ``before`` (all of them without it), as the store counts them: the
     buffer's own count, or an index range count under a cursor.
     """
-    fetched = server.memory.history(scope, key, context=context, last=offset + limit,
-                                    before=before)
+    fetched = await server.memory.history(scope, key, context=context, last=offset + limit,
+                                          before=before)
     keep = max(len(fetched.positions) - offset, 0)
     page = HistoryResult(fetched.messages[:keep], fetched.positions[:keep],
                          fetched.before if keep else None, fetched.scope,
                          fetched.resolved_scope_id, fetched.refused)
     total = fetched.total
     if total is None:  # a store that does not count: count the positions (linear)
-        total = len(server.memory.history(scope, key, context=context,
-                                          before=before).positions)
+        total = len((await server.memory.history(scope, key, context=context,
+                                                 before=before)).positions)
     return page, total
 
 
-def append_and_echo(server: ServerState, scope: str, key: str, messages: list[dict[str, Any]],
+async def append_and_echo(server: ServerState, scope: str, key: str, messages: list[dict[str, Any]],
                     context: ExecutionContext, window: int | None,
                     ) -> tuple[ScopedAppendResult, dict[str, Any]]:
-    """Check the limits, append through ``Memory`` (MEM-1..14), and echo the newest
+    """Check the limits, append through ``AsyncMemory`` (MEM-1..14), and echo the newest
     messages — none under a refusal, which has already logged its one warning (MEM-7)."""
     check_messages(messages, server.settings.limits)
-    result = server.memory.append(scope, key, messages, context=context, max_messages=window)
+    result = await server.memory.append(scope, key, messages, context=context,
+                                        max_messages=window)
     echo: dict[str, Any] = {**result.to_dict(), "messages": [], "before": None}
     if not result.refused:
-        page = server.memory.history(scope, key, context=context, last=server.settings.echo)
+        page = await server.memory.history(scope, key, context=context,
+                                           last=server.settings.echo)
         echo.update(messages=positioned(page), before=page.before)
     return result, echo

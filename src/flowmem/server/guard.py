@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from ..access import SHARED_SCOPES, Action, Level, Principal, decide_scope
 from ..scopes import ExecutionContext, StorageKey, resolve_scope
-from ..store import Store
+from ..store import AsyncStore
 from .deps import ServerState, session_for
 from .models import ScopedBody
 from .registry import as_mapping, reserved
@@ -38,7 +38,7 @@ __all__ = ["WRITER_FIELD", "forget_writer", "memory_context", "record_writer", "
 WRITER_FIELD: Final = "written_by"
 
 
-def memory_context(server: ServerState, principal: Principal, body: ScopedBody, level: Level,
+async def memory_context(server: ServerState, principal: Principal, body: ScopedBody, level: Level,
                    *, erases: bool = False) -> ExecutionContext:
     """The context of one memory operation, once the access rules allow it.
 
@@ -52,9 +52,9 @@ def memory_context(server: ServerState, principal: Principal, body: ScopedBody, 
         if not principal.identified:
             raise ApiError("unauthenticated", "a session needs a bearer token",
                            headers={"WWW-Authenticate": "Bearer"})
-        record = session_for(server, principal, body.session_id, Action.DRIVE)
+        record = await session_for(server, principal, body.session_id, Action.DRIVE)
         if erases and body.scope == "session" and body.key == TRANSCRIPT_KEY:
-            session_for(server, principal, body.session_id, Action.EDIT_MESSAGE)
+            await session_for(server, principal, body.session_id, Action.EDIT_MESSAGE)
         if level is Level.WRITE and record.status == "stopped":
             raise ApiError("session_stopped", "the session is stopped; reset it to write again")
         context = session_context(record, **ids)
@@ -89,25 +89,25 @@ def _side(scope: str, scope_id: str, key: str) -> StorageKey:
     return reserved(f"writer/{scope}/{scope_id}", key)
 
 
-def record_writer(store: Store, scope: str, scope_id: str, key: str,
-                  principal: Principal) -> None:
+async def record_writer(store: AsyncStore, scope: str, scope_id: str, key: str,
+                        principal: Principal) -> None:
     """Remember who last wrote the shared-scope value at (scope, scope id, key)."""
     if scope in SHARED_SCOPES:
-        store.write(_side(scope, scope_id, key),
-                    {"user_id": _who(principal), "admin": principal.admin, "at": time.time()})
+        record = {"user_id": _who(principal), "admin": principal.admin, "at": time.time()}
+        await store.write(_side(scope, scope_id, key), record)
 
 
-def forget_writer(store: Store, scope: str, scope_id: str, key: str) -> None:
+async def forget_writer(store: AsyncStore, scope: str, scope_id: str, key: str) -> None:
     """Drop the writer record of a deleted shared-scope key."""
     if scope in SHARED_SCOPES:
-        store.delete(_side(scope, scope_id, key))
+        await store.delete(_side(scope, scope_id, key))
 
 
-def written_by(store: Store, scope: str, scope_id: str, key: str) -> str | None:
+async def written_by(store: AsyncStore, scope: str, scope_id: str, key: str) -> str | None:
     """Who last wrote the shared-scope value through the service (``None``: unknown)."""
     if scope not in SHARED_SCOPES:
         return None
-    found, value = store.read(_side(scope, scope_id, key))
+    found, value = await store.read(_side(scope, scope_id, key))
     record = as_mapping(value) if found else None
     user = record.get("user_id") if record is not None else None
     return user if isinstance(user, str) else None

@@ -93,6 +93,8 @@ ERROR_CODES: Final[dict[str, tuple[int, str]]] = {
     "store_unavailable": (503, "The store cannot be reached; nothing was changed."),
     "store_busy": (503, "The store stayed locked by other writers; nothing was changed; "
                         "retry."),
+    "store_read_only": (503, "The store is open read-only (a read-only SQLite database); "
+                             "nothing was changed."),
 }
 """code -> (status, definition): the published table (``docs/http.md``)."""
 

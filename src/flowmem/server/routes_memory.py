@@ -11,7 +11,7 @@ status 200 and ``refused: true``: a read ``found: false`` with the default,
 a write or delete ``ok: false``, an append ``count: 0`` and no messages;
 ``resolved_scope_id`` is ``""``. Nothing reaches the store, and no fallback
 bucket is ever used. The refusal itself is decided by
-:meth:`flowmem.Memory._locate`, not here.
+:meth:`flowmem.coordinator.MemoryCore._locate`, not here.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from ..access import SHARED_SCOPES, Level
-from ..memory import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
+from ..results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from .deps import Caller, Server, append_and_echo, history_page, positioned
 from .guard import forget_writer, memory_context, record_writer, stamp, written_by
 from .limits import check_value, json_bytes
@@ -54,62 +54,62 @@ def _where(result: ReadResult | WriteResult | DeleteResult | ScopedAppendResult 
 
 @router.post("/read", response_model=Ok[ReadOut],
              summary="Read a key (refused scope: 200, found false, refused true)")
-def read(body: ReadBody, principal: Caller,
+async def read(body: ReadBody, principal: Caller,
          server: Server) -> AsciiJSONResponse:
-    context = memory_context(server, principal, body, Level.READ)
-    result = server.memory.read(body.scope, body.key, context=context, default=body.default)
+    context = await memory_context(server, principal, body, Level.READ)
+    result = await server.memory.read(body.scope, body.key, context=context, default=body.default)
     limit = server.settings.limits.max_read_bytes
     if result.found and json_bytes(result.value) > limit:
         raise ApiError("read_too_large",
                        f"the value is larger than {limit} bytes: page a conversation with "
                        f"POST /v1/memory/history")
-    writer = (written_by(server.memory.store, body.scope, result.resolved_scope_id, body.key)
-              if result.found else None)
+    writer = (await written_by(server.memory.store, body.scope, result.resolved_scope_id,
+                               body.key) if result.found else None)
     return ok({**_where(result), "value": result.value, "found": result.found,
                "written_by": writer})
 
 
 @router.post("/write", response_model=Ok[WriteOut],
              summary="Write a key (refused scope: 200, ok false, refused true)")
-def write(body: WriteBody, principal: Caller,
+async def write(body: WriteBody, principal: Caller,
           server: Server) -> AsciiJSONResponse:
     check_value(body.value, server.settings.limits)
-    context = memory_context(server, principal, body, Level.WRITE, erases=True)
-    result = server.memory.write(body.scope, body.key, body.value, context=context)
+    context = await memory_context(server, principal, body, Level.WRITE, erases=True)
+    result = await server.memory.write(body.scope, body.key, body.value, context=context)
     if result.ok:
-        record_writer(server.memory.store, body.scope, result.resolved_scope_id, body.key,
-                      principal)
+        await record_writer(server.memory.store, body.scope, result.resolved_scope_id,
+                            body.key, principal)
     return ok({**_where(result), "ok": result.ok})
 
 
 @router.post("/delete", response_model=Ok[DeleteOut],
              summary="Delete a key (refused scope: 200, ok false, refused true)")
-def delete(body: ScopedBody, principal: Caller,
+async def delete(body: ScopedBody, principal: Caller,
            server: Server) -> AsciiJSONResponse:
-    context = memory_context(server, principal, body, Level.WRITE, erases=True)
-    result = server.memory.delete(body.scope, body.key, context=context)
+    context = await memory_context(server, principal, body, Level.WRITE, erases=True)
+    result = await server.memory.delete(body.scope, body.key, context=context)
     if result.found:
-        forget_writer(server.memory.store, body.scope, result.resolved_scope_id, body.key)
+        await forget_writer(server.memory.store, body.scope, result.resolved_scope_id, body.key)
     return ok({**_where(result), "ok": result.ok, "found": result.found})
 
 
 @router.post("/append", response_model=Ok[AppendOut],
              summary="Append to a conversation, MEM-1..14 (refused scope: 200, count 0)")
-def append(body: AppendBody, principal: Caller,
+async def append(body: AppendBody, principal: Caller,
            server: Server) -> AsciiJSONResponse:
-    context = memory_context(server, principal, body, Level.WRITE,
-                             erases=body.max_messages is not None)
+    context = await memory_context(server, principal, body, Level.WRITE,
+                                   erases=body.max_messages is not None)
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
     if body.scope in SHARED_SCOPES:
         messages = stamp(messages, principal)
-    result, echo = append_and_echo(server, body.scope, body.key, messages, context,
-                                   body.max_messages)
+    result, echo = await append_and_echo(server, body.scope, body.key, messages, context,
+                                         body.max_messages)
     return ok({**_where(result), **echo})
 
 
 @router.post("/history", response_model=Page[HistoryOut],
              summary="A page of a conversation, newest last (refused scope: 200, empty)")
-def history(body: HistoryBody, principal: Caller,
+async def history(body: HistoryBody, principal: Caller,
             server: Server) -> AsciiJSONResponse:
     if body.limit is not None and body.last is not None:
         raise ApiError("invalid_field", "give `limit` or its older name `last`, not both",
@@ -117,8 +117,8 @@ def history(body: HistoryBody, principal: Caller,
                                  "locator": "body.last"}])
     limit, offset = clamp_page(body.limit if body.last is None else body.last, body.offset,
                                server.settings.page_size)
-    context = memory_context(server, principal, body, Level.READ)
-    page, total = history_page(server, body.scope, body.key, context, limit=limit,
-                               offset=offset, before=body.before)
+    context = await memory_context(server, principal, body, Level.READ)
+    page, total = await history_page(server, body.scope, body.key, context, limit=limit,
+                                     offset=offset, before=body.before)
     return paged({**_where(page), "messages": positioned(page), "before": page.before},
                  total, limit, offset)

@@ -14,11 +14,11 @@ router = APIRouter(tags=["service"])
 
 
 @router.get("/healthz", response_model=Ok[Health], summary="Liveness (no authentication)")
-def healthz() -> AsciiJSONResponse:
+async def healthz() -> AsciiJSONResponse:
     return ok({"status": "ok"})
 
 
 @router.get("/v1/whoami", response_model=Ok[WhoAmI], summary="The caller, as the token says")
-def whoami(principal: Caller) -> AsciiJSONResponse:
+async def whoami(principal: Caller) -> AsciiJSONResponse:
     return ok({"user_id": principal.user_id, "admin": principal.admin,
                "anonymous": not principal.identified})

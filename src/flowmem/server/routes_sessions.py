@@ -65,39 +65,40 @@ def _out(server: ServerState, principal: Principal, record: SessionRecord) -> di
 
 @router.post("", status_code=201, response_model=Ok[SessionOut],
              summary="Create a session owned by the caller (owner_less: admin only)")
-def create_session(body: SessionCreate, principal: Identified,
+async def create_session(body: SessionCreate, principal: Identified,
                    server: Server) -> AsciiJSONResponse:
     owner = None if body.owner_less else principal.user_id
     proposed = SessionRecord(id="", owner=owner, title=body.title)
     decision = authorize(principal, Action.CREATE, proposed, server.settings.hooks)
     if not decision.allowed:
         raise ApiError("forbidden", decision.reason)
-    record = server.sessions.create(owner, body.title)
+    record = await server.sessions.create(owner, body.title)
     return ok(_out(server, principal, record), 201)
 
 
 @router.get("", response_model=Page[list[SessionOut]],
             summary="List the sessions I own (or may view), API-6 paging")
-def list_sessions(principal: Identified, server: Server, role: Role = "owner",
+async def list_sessions(principal: Identified, server: Server, role: Role = "owner",
                   limit: Limit = None, offset: Offset = None) -> AsciiJSONResponse:
     assert principal.user_id is not None
     size, skip = clamp_page(limit, offset, server.settings.page_size)
-    records, total = server.sessions.listing(principal.user_id, role, offset=skip, limit=size)
+    records, total = await server.sessions.listing(principal.user_id, role, offset=skip,
+                                                   limit=size)
     return paged([_out(server, principal, r) for r in records], total, size, skip)
 
 
 @router.get("/{session_id}", response_model=Ok[SessionOut], summary="Get a session (viewers too)")
-def get_session(session_id: str, principal: Identified,
+async def get_session(session_id: str, principal: Identified,
                 server: Server) -> AsciiJSONResponse:
-    record = session_for(server, principal, session_id, Action.VIEW)
+    record = await session_for(server, principal, session_id, Action.VIEW)
     return ok(_out(server, principal, record))
 
 
 @router.post("/{session_id}/viewers", response_model=Ok[SessionOut],
              summary="Grant view to a user (owner or admin)")
-def grant_view(session_id: str, body: GrantBody, principal: Identified,
+async def grant_view(session_id: str, body: GrantBody, principal: Identified,
                server: Server) -> AsciiJSONResponse:
-    record = session_for(server, principal, session_id, Action.MANAGE)
+    record = await session_for(server, principal, session_id, Action.MANAGE)
     grantee = usable_id(body.user_id)
     if grantee is None:
         raise ApiError("invalid_field", "user_id must be a usable id (not blank, not 0)",
@@ -108,15 +109,16 @@ def grant_view(session_id: str, body: GrantBody, principal: Identified,
                        f"a session has at most {server.settings.max_viewers} viewers",
                        details=[{"code": "too_many_viewers", "message": "viewer limit reached",
                                  "locator": "body.user_id"}])
-    return _updated(server, principal, server.sessions.grant(session_id, grantee))
+    return _updated(server, principal, await server.sessions.grant(session_id, grantee))
 
 
 @router.delete("/{session_id}/viewers/{user_id}", response_model=Ok[SessionOut],
                summary="Revoke a user's view (owner or admin)")
-def revoke_view(session_id: str, user_id: str, principal: Identified,
+async def revoke_view(session_id: str, user_id: str, principal: Identified,
                 server: Server) -> AsciiJSONResponse:
-    session_for(server, principal, session_id, Action.MANAGE)
-    return _updated(server, principal, server.sessions.revoke(session_id, user_id.strip()))
+    await session_for(server, principal, session_id, Action.MANAGE)
+    return _updated(server, principal,
+                    await server.sessions.revoke(session_id, user_id.strip()))
 
 
 def _writable(record: SessionRecord) -> None:
@@ -126,51 +128,51 @@ def _writable(record: SessionRecord) -> None:
 
 @router.post("/{session_id}/turns", response_model=Ok[TurnOut],
              summary="Drive: append a turn (owner or admin, MEM-9; MEM-1..14 semantics)")
-def append_turn(session_id: str, body: TurnBody, principal: Identified,
+async def append_turn(session_id: str, body: TurnBody, principal: Identified,
                 server: Server) -> AsciiJSONResponse:
-    record = session_for(server, principal, session_id, Action.DRIVE)
+    record = await session_for(server, principal, session_id, Action.DRIVE)
     if body.max_messages is not None:  # evicting session messages: admin only (MEM-15)
-        session_for(server, principal, session_id, Action.EDIT_MESSAGE)
+        await session_for(server, principal, session_id, Action.EDIT_MESSAGE)
     _writable(record)
     messages = [m.model_dump(exclude_unset=True) for m in body.messages]
-    _, echo = append_and_echo(server, "session", TRANSCRIPT_KEY, messages,
-                              session_context(record),
-                              body.max_messages or server.settings.session_window)
-    server.sessions.turn_finished(record)
+    _, echo = await append_and_echo(server, "session", TRANSCRIPT_KEY, messages,
+                                    session_context(record),
+                                    body.max_messages or server.settings.session_window)
+    await server.sessions.turn_finished(record)
     return ok(echo)
 
 
 @router.post("/{session_id}/stop", response_model=Ok[SessionOut],
              summary="Drive: stop the session (owner or admin, MEM-9)")
-def stop_session(session_id: str, principal: Identified, server: Server,
+async def stop_session(session_id: str, principal: Identified, server: Server,
                  body: Optional = None) -> AsciiJSONResponse:
-    session_for(server, principal, session_id, Action.DRIVE)
-    return _updated(server, principal, server.sessions.set_status(session_id, "stopped"))
+    await session_for(server, principal, session_id, Action.DRIVE)
+    return _updated(server, principal, await server.sessions.set_status(session_id, "stopped"))
 
 
 @router.post("/{session_id}/reset", response_model=Ok[SessionOut],
              summary="Drive: clear the session's memory; status idle (owner or admin)")
-def reset_session(session_id: str, principal: Identified, server: Server,
+async def reset_session(session_id: str, principal: Identified, server: Server,
                   body: Optional = None) -> AsciiJSONResponse:
-    record = session_for(server, principal, session_id, Action.DRIVE)
+    record = await session_for(server, principal, session_id, Action.DRIVE)
     context = session_context(record)
     after: str | None = None
-    while keys := server.memory.store.keys("session", record.id, after=after, limit=100):
+    while keys := await server.memory.store.keys("session", record.id, after=after, limit=100):
         for key in keys:
-            server.memory.delete("session", key, context=context)
+            await server.memory.delete("session", key, context=context)
         after = keys[-1]
-    return _updated(server, principal, server.sessions.set_status(session_id, "idle"))
+    return _updated(server, principal, await server.sessions.set_status(session_id, "idle"))
 
 
 @router.get("/{session_id}/messages", response_model=Page[MessagePage],
             summary="A page of the session's messages, oldest first (viewers too)")
-def list_messages(session_id: str, principal: Identified, server: Server,
+async def list_messages(session_id: str, principal: Identified, server: Server,
                   limit: Limit = None, offset: Offset = None,
                   before: Cursor = None) -> AsciiJSONResponse:
-    record = session_for(server, principal, session_id, Action.VIEW)
+    record = await session_for(server, principal, session_id, Action.VIEW)
     size, skip = clamp_page(limit, offset, server.settings.page_size)
-    page, total = history_page(server, "session", TRANSCRIPT_KEY, session_context(record),
-                               limit=size, offset=skip, before=before)
+    page, total = await history_page(server, "session", TRANSCRIPT_KEY, session_context(record),
+                                     limit=size, offset=skip, before=before)
     return paged({"messages": positioned(page), "before": page.before}, total, size, skip)
 
 
@@ -189,24 +191,24 @@ def _transcript(record: SessionRecord) -> StorageKey:
 
 @router.put("/{session_id}/messages/{position}", response_model=Ok[PositionedMessage],
             summary="Replace one message (admin only, MEM-15)")
-def update_message(session_id: str, position: Position, body: EditBody, principal: Identified,
-                   server: Server) -> AsciiJSONResponse:
-    record = session_for(server, principal, session_id, Action.EDIT_MESSAGE)
+async def update_message(session_id: str, position: Position, body: EditBody,
+                         principal: Identified, server: Server) -> AsciiJSONResponse:
+    record = await session_for(server, principal, session_id, Action.EDIT_MESSAGE)
     raw = body.message.model_dump(exclude_unset=True)
     check_messages([raw], server.settings.limits)
     message = canonical_message(raw, where="message")
-    if not server.memory.store.edit(_transcript(record), position, message):
+    if not await server.memory.store.edit(_transcript(record), position, message):
         raise ApiError("message_not_found", f"no message at position {position}")
     return ok({"position": position, "message": message})
 
 
 @router.delete("/{session_id}/messages/{position}", response_model=Ok[PositionedMessage],
                summary="Delete one message (admin only, MEM-15)")
-def delete_message(session_id: str, position: Position, principal: Identified,
+async def delete_message(session_id: str, position: Position, principal: Identified,
                    server: Server) -> AsciiJSONResponse:
-    record = session_for(server, principal, session_id, Action.EDIT_MESSAGE)
+    record = await session_for(server, principal, session_id, Action.EDIT_MESSAGE)
     key = _transcript(record)
-    page = server.memory.store.history(key, last=1, before=position + 1)
-    if page.positions != [position] or not server.memory.store.edit(key, position, None):
+    page = await server.memory.store.history(key, last=1, before=position + 1)
+    if page.positions != [position] or not await server.memory.store.edit(key, position, None):
         raise ApiError("message_not_found", f"no message at position {position}")
     return ok({"position": position, "message": page.messages[0]})

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Iterable
 from typing import Any, Final
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from ..memory import Memory
+from ..async_memory import AsyncMemory
 from .app import create_app
 from .routes_events import STOP_STREAM
 from .settings import Settings
@@ -104,18 +103,14 @@ def allowed_hosts(host: str, extra: Iterable[str]) -> tuple[str, ...] | None:
     return names or None
 
 
-def serve(memory: Memory, settings: Settings, *, host: str, port: int, log_level: str) -> None:
-    """Serve ``memory`` until SIGTERM/SIGINT (graceful: the store is closed at the end)."""
-    app = create_app(memory, settings)
+def serve(memory: AsyncMemory, settings: Settings, *, host: str, port: int,
+          log_level: str) -> None:
+    """Serve ``memory`` until SIGTERM/SIGINT, on one event loop.
 
-    @asynccontextmanager
-    async def lifespan(_: Any) -> AsyncIterator[None]:
-        yield
-        memory.close()  # graceful shutdown: uvicorn then re-raises the signal
-
-    app.router.lifespan_context = lifespan
-    try:
-        uvicorn.run(app, host=host, port=port, log_level=log_level, http=DeadlineProtocol,
-                    timeout_keep_alive=KEEP_ALIVE, server_header=False)
-    finally:
-        memory.close()
+    The app owns ``memory``: its lifespan closes it at shutdown on the serving
+    loop (graceful; uvicorn then re-raises the signal). A store a network
+    backend's pool binds to that loop cannot be closed from anywhere else.
+    """
+    app = create_app(memory, settings, owns_memory=True)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, http=DeadlineProtocol,
+                timeout_keep_alive=KEEP_ALIVE, server_header=False)

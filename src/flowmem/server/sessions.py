@@ -12,8 +12,10 @@ scope id                    key                     value
 
 A session's conversation is an ordinary GR-MEM conversation: scope
 ``session``, scope id the session id, key :data:`TRANSCRIPT_KEY`, appended
-through :meth:`flowmem.Memory.append` with the MEM-8 memory principal.
-Updates of a record are serialized by the store's per-key lock.
+through :meth:`flowmem.AsyncMemory.append` with the MEM-8 memory principal.
+Updates of a record are serialized by the store's per-key lock (behind an
+in-process lock per key, :class:`~.registry.KeyLocks`). Every
+method is a coroutine over an :class:`~flowmem.store.AsyncStore`.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from typing import Final
 from ..access import SESSION_STATUSES, SessionRecord, memory_principal
 from ..errors import KeyConflict, StoreBusy
 from ..scopes import ExecutionContext, StorageKey
-from ..store import Store
-from .registry import RESERVED_SCOPE, as_mapping, reserved
+from ..store import AsyncStore
+from .registry import RESERVED_SCOPE, KeyLocks, as_mapping, reserved
 
 __all__ = ["TRANSCRIPT_KEY", "SessionRegistry", "session_context"]
 
@@ -52,24 +54,25 @@ def session_context(session: SessionRecord, **ids: str | None) -> ExecutionConte
 class SessionRegistry:
     """Create, load, update and list sessions in a store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: AsyncStore) -> None:
         self.store = store
+        self._locks = KeyLocks()
 
-    def create(self, owner: str | None, title: str) -> SessionRecord:
+    async def create(self, owner: str | None, title: str) -> SessionRecord:
         """A new session (server-made id) owned by ``owner`` (``None``: owner-less)."""
         now = time.time()
         record = SessionRecord(id=uuid.uuid4().hex, owner=owner, title=title,
                                created_at=now, updated_at=now)
-        self._save(record)
+        await self._save(record)
         if record.owner is not None:
-            self.store.write(reserved(f"owner/{record.owner}", record.id), True)
+            await self.store.write(reserved(f"owner/{record.owner}", record.id), True)
         return record
 
-    def load(self, session_id: str) -> SessionRecord | None:
+    async def load(self, session_id: str) -> SessionRecord | None:
         """The session, or ``None`` when the id is malformed, unknown or unreadable."""
         if not isinstance(session_id, str) or not _ID.fullmatch(session_id):
             return None
-        found, value = self.store.read(reserved(_SESSIONS, session_id))
+        found, value = await self.store.read(reserved(_SESSIONS, session_id))
         record = as_mapping(value) if found else None
         if record is None:
             return None
@@ -78,62 +81,62 @@ class SessionRegistry:
         except (KeyError, TypeError, ValueError):
             return None
         if loaded.status not in SESSION_STATUSES:  # a record from before STORE-11/12
-            loaded = dataclasses.replace(loaded, status=self._legacy_status(loaded))
+            loaded = dataclasses.replace(loaded, status=await self._legacy_status(loaded))
         return loaded
 
-    def _legacy_status(self, record: SessionRecord) -> str:
+    async def _legacy_status(self, record: SessionRecord) -> str:
         """``active`` (the old spelling): ``completed`` if a turn was stored, else ``idle``."""
         transcript = StorageKey("session", record.id, TRANSCRIPT_KEY)
         try:
-            ran = bool(self.store.history(transcript, last=1).positions)
+            ran = bool((await self.store.history(transcript, last=1)).positions)
         except KeyConflict:
             ran = True
         return "completed" if ran else "idle"
 
-    def update(self, session_id: str,
+    async def update(self, session_id: str,
                change: Callable[[SessionRecord], SessionRecord]) -> SessionRecord | None:
         """Read-modify-write one record under its lock; ``None`` if it is gone."""
         key = reserved(_SESSIONS, session_id)
-        with self.store.lock(key, _LOCK_TIMEOUT) as held:
+        async with self._locks.hold(self.store, key, _LOCK_TIMEOUT) as held:
             if not held:
                 raise StoreBusy(f"session {session_id} stayed locked past {_LOCK_TIMEOUT}s")
-            current = self.load(session_id)
+            current = await self.load(session_id)
             if current is None:
                 return None
             changed = dataclasses.replace(change(current), updated_at=time.time())
-            self._save(changed)
+            await self._save(changed)
             return changed
 
-    def set_status(self, session_id: str, status: str) -> SessionRecord | None:
+    async def set_status(self, session_id: str, status: str) -> SessionRecord | None:
         """Set the session's status (one of :data:`~flowmem.access.SESSION_STATUSES`)."""
         if status not in SESSION_STATUSES:
             raise ValueError(f"unknown session status {status!r}")
-        return self.update(session_id, lambda r: dataclasses.replace(r, status=status))
+        return await self.update(session_id, lambda r: dataclasses.replace(r, status=status))
 
-    def turn_finished(self, record: SessionRecord) -> SessionRecord:
+    async def turn_finished(self, record: SessionRecord) -> SessionRecord:
         """After a turn: an ``idle`` session becomes ``completed`` (STORE-12)."""
         if record.status != "idle":
             return record
-        return self.update(record.id, lambda r: dataclasses.replace(
+        return await self.update(record.id, lambda r: dataclasses.replace(
             r, status="completed" if r.status == "idle" else r.status)) or record
 
-    def grant(self, session_id: str, viewer: str) -> SessionRecord | None:
+    async def grant(self, session_id: str, viewer: str) -> SessionRecord | None:
         """Let ``viewer`` view the session (never drive it, MEM-9)."""
-        updated = self.update(session_id, lambda r: dataclasses.replace(
+        updated = await self.update(session_id, lambda r: dataclasses.replace(
             r, viewers=r.viewers | {viewer}))
         if updated is not None:
-            self.store.write(reserved(f"viewer/{viewer}", session_id), True)
+            await self.store.write(reserved(f"viewer/{viewer}", session_id), True)
         return updated
 
-    def revoke(self, session_id: str, viewer: str) -> SessionRecord | None:
+    async def revoke(self, session_id: str, viewer: str) -> SessionRecord | None:
         """Take view back from ``viewer``."""
-        updated = self.update(session_id, lambda r: dataclasses.replace(
+        updated = await self.update(session_id, lambda r: dataclasses.replace(
             r, viewers=r.viewers - {viewer}))
         if updated is not None:
-            self.store.delete(reserved(f"viewer/{viewer}", session_id))
+            await self.store.delete(reserved(f"viewer/{viewer}", session_id))
         return updated
 
-    def listing(self, user_id: str, relation: str, *, offset: int,
+    async def listing(self, user_id: str, relation: str, *, offset: int,
                 limit: int) -> tuple[list[SessionRecord], int]:
         """A page of the sessions ``user_id`` owns (``relation="owner"``) or may view
         (``"viewer"``), oldest id first, and the total under that filter (API-6).
@@ -141,21 +144,21 @@ class SessionRegistry:
         The total counts the user's index; a record that no longer says so
         (a concurrent revoke) is left out of the page.
         """
-        ids = self._index(f"{relation}/{user_id}")
-        page = [r for r in map(self.load, ids[offset:offset + limit])
-                if r is not None and _relates(r, user_id, relation)]
+        ids = await self._index(f"{relation}/{user_id}")
+        loaded = [await self.load(i) for i in ids[offset:offset + limit]]
+        page = [r for r in loaded if r is not None and _relates(r, user_id, relation)]
         return page, len(ids)
 
-    def _index(self, scope_id: str) -> list[str]:
+    async def _index(self, scope_id: str) -> list[str]:
         found: list[str] = []
         after: str | None = None
-        while batch := self.store.keys(RESERVED_SCOPE, scope_id, after=after, limit=500):
+        while batch := await self.store.keys(RESERVED_SCOPE, scope_id, after=after, limit=500):
             found += batch
             after = batch[-1]
         return found
 
-    def _save(self, record: SessionRecord) -> None:
-        self.store.write(reserved(_SESSIONS, record.id), record.to_json())
+    async def _save(self, record: SessionRecord) -> None:
+        await self.store.write(reserved(_SESSIONS, record.id), record.to_json())
 
 
 def _relates(record: SessionRecord, user_id: str, relation: str) -> bool:
