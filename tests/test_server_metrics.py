@@ -13,10 +13,9 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from flowmem import Memory
 from flowmem.metrics import Metrics
-from flowmem.server import Settings, create_app
-from server_support import CheckedClient, World, flowmem, free_port, make_world, serving
+from flowmem.server import Settings
+from server_support import World, flowmem, free_port, make_world, serving
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -29,12 +28,8 @@ def _value(samples: dict[Any, float], name: str, **labels: str) -> float:
 
 
 def _world(**settings: Any) -> World:
-    memory = Memory.from_url("memory://", metrics=Metrics())
-    app = create_app(memory, Settings(rate_limit=0.0, **settings))
-    world = World(app=app, client=CheckedClient(app), memory=memory)
-    for role, user in {"owner": "alice", "viewer": "bob", "admin": "root"}.items():
-        world.tokens[role] = world.token_for(user, admin=role == "admin")
-    return world
+    return make_world(settings=Settings(rate_limit=0.0, **settings), seed=False,
+                      metrics=Metrics())
 
 
 def _scrape(world: World, role: str = "admin") -> dict[Any, float]:

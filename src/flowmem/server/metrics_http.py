@@ -140,9 +140,9 @@ def state_of(app: FastAPI) -> Any:
 @router.get("/metrics", include_in_schema=False,
             summary="Prometheus text format (admin token, unless --metrics-public)")
 async def metrics(request: Request) -> Response:
-    server = state(request)
+    server = await state(request)
     if not server.settings.metrics_public:
-        principal = await run_in_threadpool(caller, request, None)
+        principal = await caller(request, None)
         if not principal.identified:
             raise ApiError("unauthenticated", "metrics need an admin token",
                            headers={"WWW-Authenticate": "Bearer"})

@@ -30,7 +30,6 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final
 
 from fastapi import APIRouter, Query, Request
-from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
 from ..access import Action, Principal
@@ -60,13 +59,10 @@ Lifetime = Annotated[int | None, Query(description="Seconds the stream stays ope
 async def _look(server: ServerState, principal: Principal,
                 session_id: str) -> tuple[str, list[int], list[dict[str, Any]], int]:
     """The session's status and the newest entries of its transcript (raises ApiError)."""
-    def look() -> tuple[str, list[int], list[dict[str, Any]], int]:
-        record = session_for(server, principal, session_id, Action.VIEW)
-        page, total = history_page(server, "session", TRANSCRIPT_KEY, session_context(record),
-                                   limit=TAIL, offset=0, before=None)
-        return record.status, list(page.positions), list(page.messages), total
-
-    return await run_in_threadpool(look)
+    record = await session_for(server, principal, session_id, Action.VIEW)
+    page, total = await history_page(server, "session", TRANSCRIPT_KEY, session_context(record),
+                                     limit=TAIL, offset=0, before=None)
+    return record.status, list(page.positions), list(page.messages), total
 
 
 async def _events(server: ServerState, principal: Principal, session_id: str,
