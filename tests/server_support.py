@@ -35,6 +35,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from flowmem.async_memory import AsyncMemory
+from flowmem.metrics import Metrics
 from flowmem.server import Settings, create_app
 from flowmem.server.responses import ERROR_CODES
 
@@ -133,12 +134,14 @@ class World:
 
 
 def make_world(store: str = "memory://", settings: Settings | None = None,
-               seed: bool = True, client_class: type[CheckedClient] = CheckedClient) -> World:
+               seed: bool = True, client_class: type[CheckedClient] = CheckedClient,
+               metrics: Metrics | None = None) -> World:
     """A fresh app over ``store`` with a token per role (and a seeded session).
 
-    The rate limit is off unless ``settings`` ask for one (its own tests do).
+    The rate limit is off unless ``settings`` ask for one (its own tests do);
+    ``metrics`` counts what the memory does (``/metrics`` shows it).
     """
-    memory = AsyncMemory.from_url(store)
+    memory = AsyncMemory.from_url(store, metrics=metrics)
     settings = settings or Settings(rate_limit=0.0)
     app = create_app(memory, settings)
     client = client_class(app)

@@ -32,6 +32,7 @@ ADMIN_ONLY = {"anonymous": 401, "owner": 403, "viewer": 403, "other": 404, "admi
 PUBLIC = dict.fromkeys(ROLES, 200)
 IDENTIFIED = {"anonymous": 401, "owner": 200, "viewer": 200, "other": 200, "admin": 200}
 CREATED = {**IDENTIFIED, "owner": 201, "viewer": 201, "other": 201, "admin": 201}
+METRICS = {"anonymous": 401, "owner": 403, "viewer": 403, "other": 403, "admin": 200}
 USER = {"role": "user", "content": "ping"}
 
 
@@ -61,6 +62,10 @@ MATRIX = [
     Endpoint("POST", f"/v1/sessions/{S}/stop", _drive()),
     Endpoint("POST", f"/v1/sessions/{S}/reset", _drive()),
     Endpoint("GET", f"/v1/sessions/{S}/messages", _view()),
+    Endpoint("GET", f"/v1/sessions/{S}/events", _view(), params={"timeout": 0}),  # as reading
+    Endpoint("GET", "/ui", PUBLIC),  # the page holds no data: it asks for a token
+    Endpoint("GET", "/ui/{asset}", PUBLIC),
+    Endpoint("GET", "/metrics", METRICS),  # the administrative tier (or --metrics-public)
     Endpoint("PUT", f"/v1/sessions/{S}/messages/{{position}}", ADMIN_ONLY,
              lambda sid: {"message": {"role": "user", "content": "edited"}}),
     Endpoint("DELETE", f"/v1/sessions/{S}/messages/{{position}}", ADMIN_ONLY),
@@ -74,12 +79,13 @@ MATRIX = [
 
 def _url(endpoint: Endpoint, session_id: str) -> str:
     return (endpoint.path.replace(S, session_id).replace("{user_id}", "bob")
-            .replace("{position}", "0"))
+            .replace("{position}", "0").replace("{asset}", "app.js"))
 
 
 def _request(world: World, role: str, endpoint: Endpoint, session_id: str) -> Any:
     body = endpoint.body(session_id) if endpoint.body else None
-    return world.call(role, endpoint.method, _url(endpoint, session_id), body)
+    return world.call(role, endpoint.method, _url(endpoint, session_id), body,
+                      params=endpoint.params)
 
 
 def test_matrix_covers_every_route() -> None:

@@ -31,7 +31,7 @@ MIB = 1_048_576
 
 def _url(path: str, world: World) -> str:
     return (path.replace("{session_id}", world.session_id).replace("{user_id}", "bob")
-            .replace("{position}", "0"))
+            .replace("{position}", "0").replace("{asset}", "app.js"))
 
 
 def _nested(depth: int) -> bytes:

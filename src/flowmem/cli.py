@@ -27,6 +27,7 @@ from .async_memory import AsyncMemory
 from .cli_formats import register as register_formats
 from .cli_memory import register
 from .errors import FlowmemError, MissingDependency
+from .metrics import Metrics
 
 if TYPE_CHECKING:
     from .server.auth import TokenBackend
@@ -41,9 +42,9 @@ _STORE_HELP = "Store URL (default: $FLOWMEM_STORE or sqlite:///flowmem.db)."
 T = TypeVar("T")
 
 
-def _memory(store: str | None) -> AsyncMemory:
+def _memory(store: str | None, metrics: Metrics | None = None) -> AsyncMemory:
     try:
-        return AsyncMemory.from_url(store)
+        return AsyncMemory.from_url(store, metrics=metrics)
     except FlowmemError as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -89,8 +90,11 @@ def _duration(text: str | None) -> float | None:
               help="Requests a token may send at once.")
 @click.option("--max-read-bytes", default=1_048_576, show_default=True,
               type=click.IntRange(1), help="Largest value /v1/memory/read answers whole.")
+@click.option("--metrics-public", is_flag=True,
+              help="Answer GET /metrics without a token (default: an admin token).")
 def serve(store: str | None, host: str, port: int, log_level: str, anonymous: str | None,
-          hosts: tuple[str, ...], rate_limit: float, burst: int, max_read_bytes: int) -> None:
+          hosts: tuple[str, ...], rate_limit: float, burst: int, max_read_bytes: int,
+          metrics_public: bool) -> None:
     """Serve the storage API over HTTP (see docs/http.md and docs/security.md)."""
     try:
         from .access import Level
@@ -100,8 +104,9 @@ def serve(store: str | None, host: str, port: int, log_level: str, anonymous: st
     except ImportError as exc:
         missing = MissingDependency(getattr(exc, "name", None) or "fastapi", "server")
         raise click.ClickException(str(missing)) from None
-    memory = _memory(store)
+    memory = _memory(store, metrics=Metrics())
     settings = Settings(limits=Limits(max_read_bytes=max_read_bytes),
+                        metrics_public=metrics_public,
                         allowed_hosts=allowed_hosts(host, hosts),
                         anonymous=Level(anonymous) if anonymous else None,
                         rate_limit=rate_limit, burst=burst)

@@ -117,7 +117,8 @@ def test_session_routes_for_grant_holders() -> None:
     for endpoint in SESSION_MATRIX:
         body = endpoint.body(world.session_id) if endpoint.body else None
         url = (endpoint.path.replace("{session_id}", world.session_id)
-               .replace("{user_id}", "bob").replace("{position}", "0"))
+               .replace("{user_id}", "bob").replace("{position}", "0")
+               .replace("{asset}", "app.js"))
         for principal in ("svc", "reader"):
             want = endpoint.expected["other"]
             expect(f"sessions {principal} {endpoint.method} {endpoint.path}",

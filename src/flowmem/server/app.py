@@ -37,7 +37,7 @@ from ..errors import (
     StoreReadOnly,
     StoreUnavailable,
 )
-from . import routes_memory, routes_meta, routes_sessions
+from . import metrics_http, routes_events, routes_memory, routes_meta, routes_sessions, routes_ui
 from .auth import TokenBackend
 from .deps import ServerState, strict_query
 from .gate import BodyGate, Failures, HostGate, new_request_id
@@ -212,7 +212,7 @@ def create_app(memory: AsyncMemory, settings: Settings | None = None, *,
     app.state.flowmem = ServerState(memory=memory, tokens=TokenBackend(memory.store),
                                     sessions=SessionRegistry(memory.store), settings=settings,
                                     limiter=RateLimiter(settings.rate_limit, settings.burst))
-    for module in (routes_meta, routes_sessions, routes_memory):
+    for module in (routes_meta, routes_sessions, routes_events, routes_memory, routes_ui):
         app.include_router(module.router)
     _install_handlers(app)
     app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
@@ -220,4 +220,5 @@ def create_app(memory: AsyncMemory, settings: Settings | None = None, *,
     app.add_middleware(Failures)
     if settings.allowed_hosts is not None:
         app.add_middleware(HostGate, allowed=settings.allowed_hosts)
+    metrics_http.install(app)  # last: outermost, so every answer is counted
     return app

@@ -6,7 +6,9 @@ request head has no deadline at all, so idle and slow ("slowloris")
 connections could stay open forever. :class:`DeadlineProtocol` closes a
 connection that has not delivered a complete request head within
 :data:`HEAD_DEADLINE` seconds of opening or of its previous response; the
-body gate bounds the body the same way (``Settings.read_timeout``).
+body gate bounds the body the same way (``Settings.read_timeout``). At
+shutdown, an open event stream is asked to end, so in-flight requests finish
+and streams do not hold the service up.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..async_memory import AsyncMemory
 from .app import create_app
+from .routes_events import STOP_STREAM
 from .settings import Settings
 
 __all__ = ["HEAD_DEADLINE", "KEEP_ALIVE", "LOOPBACK_HOSTS", "DeadlineProtocol", "allowed_hosts",
@@ -48,6 +51,15 @@ class DeadlineProtocol(H11Protocol):
         super().on_response_complete()
         if not self._note_request():
             self._arm()
+
+    def shutdown(self) -> None:
+        # An event stream never completes by itself: ask it to end (routes_events).
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            stop = (cycle.scope.get("state") or {}).get(STOP_STREAM)
+            if callable(stop):
+                stop()
+        super().shutdown()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel()

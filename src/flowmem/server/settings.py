@@ -27,7 +27,8 @@ class Settings:
     bound to loopback). ``anonymous`` is what a caller without a token may
     do on the shared scopes (``None``: nothing — every ``/v1`` route then
     needs a token). ``rate_limit`` requests a second per token on average,
-    in bursts of ``burst`` (``0``: no limit).
+    in bursts of ``burst`` (``0``: no limit). ``metrics_public``: ``GET /metrics``
+    answers without a token (else it needs an admin token).
     """
 
     limits: Limits = field(default_factory=Limits)
@@ -41,3 +42,4 @@ class Settings:
     anonymous: Level | None = None
     rate_limit: float = 50.0
     burst: int = 100
+    metrics_public: bool = False

@@ -1,0 +1,124 @@
+"""``GET /v1/sessions/{id}/events``: a session's changes as server-sent events.
+
+Who may listen is who may read the session (``Action.VIEW``: the owner, a
+viewer, an admin): absence before denial, so a stranger gets the same 404
+as for a session that does not exist. The caller is re-checked on every
+poll: a revoked viewer's stream ends (``end`` with reason ``gone``).
+
+The stream polls the session record and the newest :data:`~.events.TAIL`
+entries of its transcript every :data:`POLL` seconds (so appends by any
+process reach it, not only this one's) and sends:
+
+- ``snapshot`` ``{count, newest, status}`` once, when it opens;
+- ``change`` (:meth:`.events.Change.to_json`): entries added, placeholders
+  inserted (MEM-3), placeholders replaced by a late result (MEM-10), other
+  edits, entries removed, and the delta since the previous event (MEM-14);
+- ``status`` ``{status}`` when the session's status changes;
+- ``end`` ``{reason}`` before it closes: ``timeout`` (the stream lives at most
+  ``timeout`` seconds, 0..3600, default 300 — a client reconnects),
+  ``gone`` (the session vanished or the caller lost access),
+  ``shutdown`` (the service is stopping), ``store`` (a store failure, logged).
+
+A comment line keeps an idle stream alive every :data:`KEEPALIVE` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Query, Request
+from starlette.responses import StreamingResponse
+
+from ..access import Action, Principal
+from ..errors import FlowmemError
+from .deps import Identified, Server, ServerState, history_page, session_for
+from .events import TAIL, Change, Tail, sse
+from .responses import ApiError
+from .sessions import TRANSCRIPT_KEY, session_context
+
+__all__ = ["KEEPALIVE", "POLL", "STOP_STREAM", "router"]
+
+logger = logging.getLogger("flowmem")
+
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+
+POLL: Final = 0.5
+"""Seconds between two looks at the session."""
+KEEPALIVE: Final = 15.0
+"""Seconds of silence after which a comment line is sent."""
+STOP_STREAM: Final = "flowmem_stop_stream"
+"""The request-state entry ``flowmem serve`` calls to end a stream at shutdown."""
+MAX_LIFETIME: Final = 3600
+Lifetime = Annotated[int | None, Query(description="Seconds the stream stays open, "
+                                                     "clamped to 0..3600 (default 300).")]
+
+
+async def _look(server: ServerState, principal: Principal,
+                session_id: str) -> tuple[str, list[int], list[dict[str, Any]], int]:
+    """The session's status and the newest entries of its transcript (raises ApiError)."""
+    record = await session_for(server, principal, session_id, Action.VIEW)
+    page, total = await history_page(server, "session", TRANSCRIPT_KEY, session_context(record),
+                                     limit=TAIL, offset=0, before=None)
+    return record.status, list(page.positions), list(page.messages), total
+
+
+async def _events(server: ServerState, principal: Principal, session_id: str,
+                  first: tuple[str, list[int], list[dict[str, Any]], int], lifetime: float,
+                  stop: asyncio.Event) -> AsyncIterator[bytes]:
+    loop = asyncio.get_running_loop()
+    status, positions, messages, count = first
+    tail = Tail()
+    tail.change(positions, messages, count)
+    yield b"retry: 2000\n\n"
+    yield sse("snapshot", {"count": count, "newest": positions[-1] if positions else None,
+                           "status": status})
+    deadline = loop.time() + lifetime
+    spoke = loop.time()
+    while True:
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            yield sse("end", {"reason": "timeout"})
+            return
+        try:
+            await asyncio.wait_for(stop.wait(), min(POLL, remaining))
+            yield sse("end", {"reason": "shutdown"})
+            return
+        except TimeoutError:
+            pass
+        try:
+            now_status, positions, messages, count = await _look(server, principal, session_id)
+        except ApiError:
+            yield sse("end", {"reason": "gone"})
+            return
+        except FlowmemError as exc:
+            logger.error("flowmem: event stream of session %s: store error: %s", session_id, exc)
+            yield sse("end", {"reason": "store"})
+            return
+        change: Change = tail.change(positions, messages, count)
+        if now_status != status:
+            status = now_status
+            spoke = loop.time()
+            yield sse("status", {"status": status})
+        if not change.empty:
+            spoke = loop.time()
+            yield sse("change", change.to_json())
+        elif loop.time() - spoke >= KEEPALIVE:
+            spoke = loop.time()
+            yield b": keepalive\n\n"
+
+
+@router.get("/{session_id}/events", include_in_schema=False,
+            summary="Server-sent events of the session's changes (viewers too)")
+async def session_events(session_id: str, request: Request, principal: Identified,
+                         server: Server, timeout: Lifetime = None) -> StreamingResponse:
+    first = await _look(server, principal, session_id)  # 404 before 403 before any byte
+    lifetime = float(max(0, min(MAX_LIFETIME, 300 if timeout is None else timeout)))
+    stop = asyncio.Event()
+    setattr(request.state, STOP_STREAM, stop.set)
+    return StreamingResponse(
+        _events(server, principal, session_id, first, lifetime, stop),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
