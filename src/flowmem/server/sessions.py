@@ -38,7 +38,7 @@ __all__ = ["TRANSCRIPT_KEY", "SessionRegistry", "session_context"]
 TRANSCRIPT_KEY: Final = "transcript"
 _SESSIONS: Final = "sessions"
 _ID: Final = re.compile(r"[0-9a-f]{32}")
-_LOCK_TIMEOUT: Final = 5.0
+_LOCK_TIMEOUT: Final = 30.0  # a record update waits this long for its lock, then 503 store_busy
 
 
 def session_context(session: SessionRecord, **ids: str | None) -> ExecutionContext:
