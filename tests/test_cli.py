@@ -31,8 +31,9 @@ def test_token_create_prints_a_token_stored_hashed(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'm.db'}"
     result = CliRunner().invoke(main, ["token", "create", "--user", "alice", "--store", url])
     assert result.exit_code == 0, result.output
-    token = result.output.strip()
+    token = result.stdout.strip()
     assert token.startswith("fm_") and len(token) > 30
+    assert f"token stored in {url}" in result.stderr  # says where, for `flowmem serve`
     principal = lookup(url, token)
     assert principal is not None and principal.user_id == "alice" and not principal.admin
     assert token.encode() not in (tmp_path / "m.db").read_bytes()
@@ -43,15 +44,21 @@ def test_token_create_admin_uses_flowmem_store_env(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["token", "create", "--user", "root", "--admin"],
                                 env={"FLOWMEM_STORE": url})
     assert result.exit_code == 0, result.output
-    principal = lookup(url, result.output.strip())
+    principal = lookup(url, result.stdout.strip())
     assert principal is not None and principal.admin
 
 
-def test_token_create_refuses_an_unusable_user() -> None:
+def test_token_create_refuses_an_unusable_user(tmp_path: Path) -> None:
     for user in ("", "  ", "0"):
         result = CliRunner().invoke(main, ["token", "create", "--user", user,
-                                           "--store", "memory://"])
+                                           "--store", f"sqlite:///{tmp_path / 'u.db'}"])
         assert result.exit_code != 0 and "usable id" in result.output
+
+
+def test_a_token_in_a_memory_store_is_refused_with_the_reason() -> None:
+    """A memory:// token would vanish with the command: say so instead (#16)."""
+    result = CliRunner().invoke(main, ["token", "create", "--user", "a", "--store", "memory://"])
+    assert result.exit_code == 1 and "lives in one process" in result.output
 
 
 def test_bad_store_url_is_a_clean_error() -> None:

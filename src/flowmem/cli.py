@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 
@@ -28,6 +30,7 @@ from .cli_formats import register as register_formats
 from .cli_memory import register
 from .errors import FlowmemError, MissingDependency
 from .metrics import Metrics
+from .stores import DEFAULT_URL
 
 if TYPE_CHECKING:
     from .server.auth import TokenBackend
@@ -116,7 +119,22 @@ def serve(store: str | None, host: str, port: int, log_level: str, anonymous: st
                        "%s:%d can %s", anonymous, "read" if anonymous == "read" else
                        "read, overwrite and delete", host, port,
                        "read them" if anonymous == "read" else "plant or erase memory")
+    click.echo(f"flowmem: serving {shown_store(store)} on http://{host}:{port} "
+               f"(tokens must come from `flowmem token create` on this same store)", err=True)
     run(memory, settings, host=host, port=port, log_level=log_level)
+
+
+def shown_store(store: str | None) -> str:
+    """The store URL a command opens, as safe to print (no password; a relative SQLite
+    path made absolute, so two commands in two directories visibly differ)."""
+    url = store or os.environ.get("FLOWMEM_STORE") or DEFAULT_URL
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite" and not parts.path.startswith("//"):
+        return f"sqlite:///{os.path.abspath(parts.path.lstrip('/'))}"
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+    return url
 
 
 @main.group()
@@ -151,9 +169,15 @@ def token_create(user_id: str, admin: bool, grants: tuple[str, ...], expires: st
                  store: str | None) -> None:
     """Create a token and print it once (only its hash is stored)."""
     seconds = _duration(expires)
+    if shown_store(store).startswith("memory://"):
+        raise click.ClickException("a memory:// store lives in one process: a token created "
+                                   "here is gone when this command ends; give the --store "
+                                   "that `flowmem serve` uses")
     value = _tokens(store, lambda backend: backend.create(user_id, admin=admin, grants=grants,
                                                           expires_in=seconds))
     click.echo(value)
+    click.echo(f"flowmem: token stored in {shown_store(store)}; the server must use this "
+               f"store", err=True)
 
 
 def _when(stamp: float | None) -> str:
