@@ -174,7 +174,7 @@ def test_6_tokens_are_listed_revoked_and_expire(tmp_path: Path) -> None:
                              "workflow:support-*:write", "--grant", "global:*:read",
                              "--expires", "30d", "--store", url])
     case("#6 create with grants and expiry", made.exit_code == 0, made.output)
-    token = made.output.strip()
+    token = made.stdout.strip()
     world = attack_world(store=url, seed=False)
     world.tokens["svc"] = token
     expect("#6 live token works", world.call("svc", "GET", "/v1/whoami"), 200)
