@@ -43,6 +43,7 @@ __all__ = [
     "as_items",
     "call_arguments",
     "call_name",
+    "carried_call",
     "content_parts",
     "extras",
     "metadata",
@@ -120,6 +121,11 @@ def call_name(entry: Mapping[str, Any]) -> str | None:
     name = body.get("name") if isinstance(body, Mapping) else None
     return name if isinstance(name, str) and name else None
 
+
+
+def carried_call(entry: Mapping[str, Any]) -> bool:
+    """A call entry OpenAI Chat and Responses can carry: a named function or custom tool."""
+    return entry.get("type") in (None, "function", "custom") and call_name(entry) is not None
 
 def call_arguments(entry: Mapping[str, Any]) -> str:
     """A function call's arguments as JSON text (a mapping is serialized; absent is ``{}``)."""

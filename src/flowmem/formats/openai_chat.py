@@ -32,6 +32,7 @@ from ._common import (
     as_items,
     call_arguments,
     call_name,
+    carried_call,
     content_parts,
     metadata,
     namespace,
@@ -59,10 +60,6 @@ def from_openai_chat(messages: Sequence[Mapping[str, Any]] | Mapping[str, Any]) 
             message = {**message, "role": _STORED_AS[role], "metadata": marked}
         out.append(canonical_message(message, index=index, where="openai"))
     return out
-
-
-def _carried(entry: Mapping[str, Any]) -> bool:
-    return entry.get("type") in (None, "function", "custom") and call_name(entry) is not None
 
 
 def _content(message: Message, role: str, losses: Losses) -> Any:
@@ -124,7 +121,7 @@ def _message(message: Message, losses: Losses) -> dict[str, Any]:
 def render_openai_chat(history: Sequence[Message]) -> Rendered:
     """``history`` as sendable OpenAI Chat messages, with what was dropped (MEM-5)."""
     losses = Losses()
-    repaired, dropped = prepare(history, carried=_carried, blank=_blank, losses=losses)
+    repaired, dropped = prepare(history, carried=carried_call, blank=_blank, losses=losses)
     output = [_message(message, losses) for message in repaired]
     return Rendered(output, dropped + losses.counts.total(), dict(losses.counts))
 

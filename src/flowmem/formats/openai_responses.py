@@ -34,6 +34,7 @@ from ._common import (
     as_items,
     call_arguments,
     call_name,
+    carried_call,
     content_parts,
     extras,
     metadata,
@@ -169,10 +170,6 @@ def from_responses(items: Sequence[Mapping[str, Any]] | Mapping[str, Any] | str)
 
 # --------------------------------------------------------------------------- out
 
-def _carried(entry: Mapping[str, Any]) -> bool:
-    return entry.get("type") in (None, "function", "custom") and call_name(entry) is not None
-
-
 def _parts(message: Message, role: str, losses: Losses) -> Any:
     content = content_parts(message.get("content"))
     if isinstance(content, list):
@@ -264,7 +261,7 @@ def _result(message: Message, customs: set[str], losses: Losses) -> dict[str, An
 def render_responses(history: Sequence[Message]) -> Rendered:
     """``history`` as sendable Responses input items, with what was dropped (MEM-5)."""
     losses = Losses()
-    repaired, dropped = prepare(history, carried=_carried, blank=_blank, losses=losses)
+    repaired, dropped = prepare(history, carried=carried_call, blank=_blank, losses=losses)
     customs: set[str] = set()
     output: list[dict[str, Any]] = []
     for message in repaired:
