@@ -68,6 +68,7 @@ from .locks import KeyLocks, key_locks
 from .sql import Execute, Program, T, drive, encode
 from .sqlite_files import DatabaseFiles, FileIdentity
 from .sqlite_group import AppendRequest, GroupAborted, each_alone, group_locks, run_group
+from .sqlite_hot import HotBuffers
 from .sqlite_programs import SQLiteConversations
 from .sqlite_schema import (
     MIGRATIONS,
@@ -215,8 +216,10 @@ class SQLiteStore:
         return conn
 
     def _adopt(self, conn: sqlite3.Connection) -> None:
-        """Make ``conn`` this thread's connection (closed by :meth:`close`)."""
+        """Make ``conn`` this thread's connection (closed by :meth:`close`), with its
+        own programs and hot buffers (:mod:`.sqlite_hot`; none read-only)."""
         self._local.conn = conn
+        self._local.sql = SQLiteConversations(None if self.read_only else HotBuffers())
         with self._guard:
             self._connections.append(conn)
 
@@ -284,6 +287,7 @@ class SQLiteStore:
                 answer = body(lambda sql, params: conn.execute(sql, params).fetchall())
                 conn.execute("COMMIT")
             except BaseException as exc:
+                self._forget_hot()  # what the copy learned may not be in the database
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.Error):
@@ -298,22 +302,38 @@ class SQLiteStore:
     def _run(self, program: Program[T], mode: str = "IMMEDIATE") -> T:
         return self._within(lambda execute: drive(program, execute), mode)
 
+    def _programs(self) -> SQLiteConversations:
+        """The programs (and hot buffers) of this thread's connection."""
+        self._connection()
+        programs: SQLiteConversations = self._local.sql
+        return programs
+
+    def _forget_hot(self) -> None:
+        """Drop this connection's hot buffers (before a write that is not an append)."""
+        programs: SQLiteConversations | None = getattr(self._local, "sql", None)
+        if programs is not None:
+            programs.forget_hot()
+
     # -- the Store protocol ------------------------------------------------------
     def read(self, key: StorageKey) -> tuple[bool, Any]:
         return self._run(_SQL.read(key), "DEFERRED")
 
     def write(self, key: StorageKey, value: Any, *,
               idempotency: Idempotency | None = None) -> None:
+        self._forget_hot()
         self._run(_SQL.write(key, encode(value), idempotency))
 
     def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
+        self._forget_hot()
         return self._run(_SQL.delete(key, idempotency))
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
                idempotency: Idempotency | None = None) -> AppendOutcome:
         with self._locks.hold(key, lock_timeout) as serialized:
-            return self._run(_SQL.append(key, incoming, max_messages, serialized, idempotency))
+            program = self._programs().append(key, incoming, max_messages, serialized,
+                                              idempotency)
+            return self._run(program)
 
     def append_group(self, requests: Sequence[AppendRequest]) -> list[AppendOutcome | Exception]:
         """Several appends in ONE transaction (group commit, :mod:`.sqlite_group`).
@@ -323,7 +343,7 @@ class SQLiteStore:
         """
         try:
             with group_locks(self._locks, requests) as serialized:
-                return run_group(self._within, _SQL, requests, serialized)
+                return run_group(self._within, self._programs(), requests, serialized)
         except GroupAborted:  # rolled back whole: each append alone gets its own answer
             return each_alone(self.append, requests)
 
@@ -333,6 +353,7 @@ class SQLiteStore:
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
         with self._locks.hold(key, 30.0):
+            self._forget_hot()
             return self._run(_SQL.edit(key, position, message))
 
     def keys(self, scope: str, scope_id: str, *, prefix: str = "",

@@ -33,7 +33,8 @@ from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, Idempotency
 from .locks import KeyLocks, stripe_of
-from .sql import Execute, SQLConversations, drive
+from .sql import Execute, drive
+from .sqlite_programs import SQLiteConversations
 
 __all__ = ["AppendRequest", "GroupAborted", "each_alone", "group_locks", "run_group"]
 
@@ -85,7 +86,8 @@ def each_alone(append: Callable[..., AppendOutcome],
     return answers
 
 
-def run_group(within: Callable[[Callable[[Execute], Answers]], Answers], sql: SQLConversations,
+def run_group(within: Callable[[Callable[[Execute], Answers]], Answers],
+              sql: SQLiteConversations,
               requests: Sequence[AppendRequest], serialized: Sequence[bool]) -> Answers:
     """Run ``requests`` in one transaction, each in its own savepoint; one answer each.
 
@@ -104,6 +106,7 @@ def run_group(within: Callable[[Callable[[Execute], Answers]], Answers], sql: SQ
             except sqlite3.Error as exc:
                 raise GroupAborted(str(exc)) from exc
             except Exception as refused:  # a rule refused this append alone
+                sql.forget_hot()  # whatever it taught the hot copy is rolled back
                 execute(f"ROLLBACK TO {_SAVEPOINT}", ())
                 answers.append(refused)
             execute(f"RELEASE {_SAVEPOINT}", ())

@@ -1,41 +1,115 @@
-"""SQLite's variant of the shared SQL programs: the buffer row and the view in ONE statement.
+"""SQLite's variant of the shared SQL programs: one statement for the view, none when hot.
 
 PostgreSQL reads a buffer's row ``FOR UPDATE`` (which a ``UNION`` cannot
 carry), so the shared program (:mod:`flowmem.stores.sql`) reads the row, then
 the planner's view. Under SQLite's ``BEGIN IMMEDIATE`` the write lock is
 already held, so both are one statement: a CTE names the buffer and every
-part of the view looks it up by that subquery. The rows and the plan are the
-same; only the number of round trips changes.
+part of the view looks it up by that subquery.
+
+A connection's programs also keep its hot buffers (:mod:`.sqlite_hot`): when
+no other connection has committed since, the common append reads no view at
+all (``PRAGMA data_version`` only) and plans against the connection's own
+copy. The rows and the plan are the same either way; only the reads change.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from ..messages import Message
-from ..plan import BufferView
+from ..plan import AppendPlan, BufferView, PendingCall
 from ..scopes import StorageKey
 from .sql import Program, SQLConversations, view_from, view_parts
+from .sqlite_hot import HotBuffer, HotBuffers
 
 __all__ = ["SQLiteConversations"]
 
-_BUFFER_ROW = ("WITH b AS (SELECT id, count, next_pos FROM buffers "
-               "WHERE scope = ? AND scope_id = ? AND key = ?) "
-               "SELECT 3, id, count, next_pos FROM b")
+_BUFFER_ROW: Final = ("WITH b AS (SELECT id, count, next_pos FROM buffers "
+                      "WHERE scope = ? AND scope_id = ? AND key = ?) "
+                      "SELECT 3, id, count, next_pos FROM b")
+_DATA_VERSION: Final = ("PRAGMA data_version", ())
+_ALL_RESULTS: Final = ("SELECT result_id, healed FROM messages "
+                       "WHERE buffer_id = ? AND result_id IS NOT NULL")
+_ALL_CALLS: Final = "SELECT call_id FROM calls WHERE buffer_id = ?"
+_ALL_PENDING: Final = "SELECT call_id, turn_pos, ord FROM pending WHERE buffer_id = ?"
+
+Opened = tuple[int, int, int, BufferView]
 
 
 class SQLiteConversations(SQLConversations):
-    """The shared programs, with :meth:`open_and_view` in one statement."""
+    """The shared programs, with :meth:`open_and_view` in one statement (or none).
+
+    ``hot`` is the hot-buffer copy of the ONE connection these programs run
+    on (``None``: always read the view).
+    """
+
+    def __init__(self, hot: HotBuffers | None = None) -> None:
+        super().__init__()
+        self.hot = hot
+        self._target: tuple[tuple[str, str, str], HotBuffer] | None = None
+
+    def forget_hot(self) -> None:
+        """Drop the hot copy (the transaction, or a savepoint of it, was rolled back)."""
+        self._target = None
+        if self.hot is not None:
+            self.hot.clear()
 
     def open_and_view(self, key: StorageKey,
-                      incoming: Sequence[Message]) -> Program[tuple[int, int, int, BufferView]]:
+                      incoming: Sequence[Message]) -> Program[Opened]:
+        self._target = None
+        hot = self.hot
+        if hot is None:
+            return (yield from self._indexed(key, incoming))[0]
+        names = (key.scope, key.scope_id, key.key)
+        hot.observe(int((yield _DATA_VERSION)[0][0]))
+        buffer = hot.get(names)
+        if buffer is None:
+            opened, created = yield from self._indexed(key, incoming)
+            buffer_id, count, next_pos, _ = opened
+            if created:
+                buffer = hot.keep(names, HotBuffer(buffer_id, count, next_pos))
+            elif hot.should_fill(names, count):
+                buffer = hot.keep(names, (yield from self._fill(buffer_id, count, next_pos)))
+            else:
+                return opened
+        self._target = (names, buffer)
+        return buffer.buffer_id, buffer.count, buffer.next_pos, buffer.view()
+
+    def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
+              max_messages: int | None) -> Program[tuple[int, int]]:
+        target, self._target = self._target, None
+        done = yield from super().apply(buffer_id, count, next_pos, plan, max_messages)
+        if target is not None and self.hot is not None:
+            names, buffer = target
+            if done == (count + plan.appended + plan.healed, plan.appended):
+                buffer.apply(plan, done[0])
+            else:  # the window evicted (or a row was refused): read the view next time
+                self.hot.drop(names)
+        return done
+
+    def _indexed(self, key: StorageKey,
+                 incoming: Sequence[Message]) -> Program[tuple[Opened, bool]]:
+        """The buffer row and the view in one statement; whether the buffer is new."""
         parts, params = view_parts("(SELECT id FROM b)", (), incoming)
         rows = yield (" UNION ALL ".join([_BUFFER_ROW, *parts]),
                       [key.scope, key.scope_id, key.key, *params])
         head = [row for row in rows if row[0] == 3]
         if not head:  # a new buffer (or a value: open_buffer refuses it); nothing to view
             buffer_id, count, next_pos = yield from self.open_buffer(key)
-            return buffer_id, count, next_pos, BufferView()
+            return (buffer_id, count, next_pos, BufferView()), True
         _, buffer_id, count, next_pos = head[0]
-        return int(buffer_id), int(count), int(next_pos), view_from(
-            [row for row in rows if row[0] != 3])
+        view = view_from([row for row in rows if row[0] != 3])
+        return (int(buffer_id), int(count), int(next_pos), view), False
+
+    @staticmethod
+    def _fill(buffer_id: int, count: int, next_pos: int) -> Program[HotBuffer]:
+        """The whole view of a buffer: every result, declaration and unanswered call."""
+        results = yield (_ALL_RESULTS, (buffer_id,))
+        calls = yield (_ALL_CALLS, (buffer_id,))
+        pending = yield (_ALL_PENDING, (buffer_id,))
+        return HotBuffer(buffer_id, count, next_pos,
+                         {call: bool(healed) for call, healed in results},
+                         {row[0] for row in calls},
+                         {call: PendingCall(call, int(turn), int(order))
+                          for call, turn, order in pending})

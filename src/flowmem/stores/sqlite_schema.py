@@ -64,6 +64,28 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     ) WITHOUT ROWID;
     CREATE INDEX idempotency_expires ON idempotency (expires);
     """,
+    # 3: the hot path (#14). Messages are clustered by (buffer, position) in one
+    # b-tree (no rowid table beside a unique index: one page less per append);
+    # calls lose their turn index: only the window scans calls by turn, and a
+    # windowed buffer holds at most its window.
+    """
+    CREATE TABLE messages_by_position (
+        buffer_id INTEGER NOT NULL,
+        pos INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        result_id TEXT,
+        healed INTEGER NOT NULL DEFAULT 0,
+        body TEXT NOT NULL,
+        PRIMARY KEY (buffer_id, pos)
+    ) WITHOUT ROWID;
+    INSERT INTO messages_by_position (buffer_id, pos, role, result_id, healed, body)
+        SELECT buffer_id, pos, role, result_id, healed, body FROM messages;
+    DROP TABLE messages;
+    ALTER TABLE messages_by_position RENAME TO messages;
+    CREATE UNIQUE INDEX messages_result ON messages (buffer_id, result_id)
+        WHERE result_id IS NOT NULL;
+    DROP INDEX calls_turn;
+    """,
 )
 """Schema migrations; ``PRAGMA user_version`` is the number applied."""
 

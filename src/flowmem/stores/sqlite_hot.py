@@ -1,0 +1,141 @@
+"""Hot buffers: a connection's own copy of the planner's view of the buffers it appends to.
+
+The planner (:func:`flowmem.plan.plan_append`) needs, for each append, the
+stored results and declarations of the ids it mentions and the unanswered
+calls. Read from the tables, that is one statement of indexed look-ups per
+append. A connection that is the only writer of a buffer already knows all
+of it — it wrote it — so the SQLite store keeps, per connection, the whole
+view of its hot buffers and reads none of it on the common append.
+
+The copy is trusted only while no other connection has committed:
+``PRAGMA data_version`` (one statement, no table read) changes exactly when
+another connection, of this process or another, commits to the database
+file. It is read inside the append's ``BEGIN IMMEDIATE`` transaction, under
+the database's write lock, so nothing can commit between the check and the
+append's own ``COMMIT``. On a change every copy is dropped. A stale copy is
+therefore never planned against; the worst case costs a table read, never a
+wrong decision.
+
+Filling a copy reads the ids of the whole buffer (O(length), no bodies), so
+it is done only where it pays: a buffer this connection creates starts
+empty and complete; an existing buffer is filled after ``threshold``
+appends of this connection in a row with no foreign commit between them.
+Each time foreign commits throw filled copies away the threshold doubles (up
+to :data:`MAX_THRESHOLD`), so buffers shared by busy writers settle on the
+indexed read instead of refilling. Bounds: at most :data:`CAPACITY` buffers
+per connection (least recently used first out), and a buffer longer than
+:data:`MAX_MESSAGES` is never copied.
+
+The copy changes only after the statements of the append succeeded; a
+transaction that fails or is rolled back (a group commit's savepoint
+included) drops every copy of its connection (:meth:`HotBuffers.clear`).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Final
+
+from ..plan import SLOT, AddEntry, AppendPlan, BufferView, HealTurn, PendingCall, ReplacePlaceholder
+
+__all__ = ["CAPACITY", "MAX_MESSAGES", "MAX_THRESHOLD", "HotBuffer", "HotBuffers"]
+
+Key = tuple[str, str, str]
+
+CAPACITY: Final = 64
+"""Buffers whose view one connection keeps."""
+MAX_MESSAGES: Final = 250_000
+"""A buffer longer than this is never copied (its ids would hold tens of MB)."""
+FIRST_THRESHOLD: Final = 2
+MAX_THRESHOLD: Final = 4096
+
+
+@dataclass(slots=True)
+class HotBuffer:
+    """One buffer's complete planner view, as of this connection's last commit."""
+
+    buffer_id: int
+    count: int
+    next_pos: int
+    results: dict[str, bool] = field(default_factory=dict)
+    declared: set[str] = field(default_factory=set)
+    pending: dict[str, PendingCall] = field(default_factory=dict)
+
+    def view(self) -> BufferView:
+        """The live indexes as a view (the planner only reads them)."""
+        return BufferView(self.results, self.declared, list(self.pending.values()))
+
+    def apply(self, plan: AppendPlan, count: int) -> None:
+        """What ``plan`` did, as the SQL executor applied it from :attr:`next_pos`."""
+        pos = self.next_pos
+        for op in plan.ops:
+            if isinstance(op, AddEntry):
+                if op.answers is not None:
+                    self.results[op.answers] = op.healed
+                    self.pending.pop(op.answers, None)
+                self.declared.update(op.declares)
+                for call, order in op.opens:
+                    self.pending[call] = PendingCall(call, pos, order)
+                pos += SLOT
+            elif isinstance(op, ReplacePlaceholder):
+                self.results[op.call_id] = False
+            elif isinstance(op, HealTurn):
+                for call in op.call_ids:
+                    self.results[call] = True
+                    self.pending.pop(call, None)
+        self.next_pos, self.count = pos, count
+
+
+class HotBuffers:
+    """The hot buffers of ONE connection (see the module notes)."""
+
+    def __init__(self) -> None:
+        self.version: int | None = None
+        self.threshold = FIRST_THRESHOLD
+        self._buffers: OrderedDict[Key, HotBuffer] = OrderedDict()
+        self._streaks: dict[Key, int] = {}
+
+    def observe(self, data_version: int) -> None:
+        """Drop every copy when another connection committed since the last look."""
+        if data_version == self.version:
+            return
+        if self._buffers:
+            self.threshold = min(self.threshold * 2, MAX_THRESHOLD)
+        self.clear()
+        self.version = data_version
+
+    def clear(self) -> None:
+        """Forget everything (a failed or rolled-back transaction, a non-append write)."""
+        self._buffers.clear()
+        self._streaks.clear()
+
+    def get(self, key: Key) -> HotBuffer | None:
+        buffer = self._buffers.get(key)
+        if buffer is not None:
+            self._buffers.move_to_end(key)
+        return buffer
+
+    def should_fill(self, key: Key, count: int) -> bool:
+        """Whether this append should copy the buffer (one more quiet append counted)."""
+        if count > MAX_MESSAGES:
+            return False
+        streak = self._streaks.get(key, 0) + 1
+        if streak < self.threshold:
+            if len(self._streaks) >= CAPACITY * 4:
+                self._streaks.clear()
+            self._streaks[key] = streak
+            return False
+        self._streaks.pop(key, None)
+        return True
+
+    def keep(self, key: Key, buffer: HotBuffer) -> HotBuffer:
+        """Start keeping ``buffer`` (the least recently used one leaves when full)."""
+        self._buffers[key] = buffer
+        self._buffers.move_to_end(key)
+        if len(self._buffers) > CAPACITY:
+            self._buffers.popitem(last=False)
+        return buffer
+
+    def drop(self, key: Key) -> None:
+        self._buffers.pop(key, None)

@@ -1,0 +1,190 @@
+"""The SQLite store's hot buffers (#14): a connection plans against its own copy of a
+buffer's view only while no other connection committed, and never decides a rule
+differently for it (MEM-1, MEM-2, MEM-3, MEM-10, MEM-14)."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowmem.errors import StoreError
+from flowmem.ids import result_id
+from flowmem.messages import Message, canonical_messages
+from flowmem.plan import PendingCall
+from flowmem.scopes import StorageKey
+from flowmem.store import AppendOutcome, HistoryPage
+from flowmem.stores.sqlite import SQLiteStore
+from flowmem.stores.sqlite_hot import CAPACITY, MAX_MESSAGES, MAX_THRESHOLD, HotBuffer, HotBuffers
+from flowmem.testing import store_model_test
+
+KEY = StorageKey("session", "s1", "chat")
+
+
+def _call(*ids: str) -> Message:
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": i, "type": "function",
+                            "function": {"name": "f", "arguments": "{}"}} for i in ids]}
+
+
+def _result(call: str, content: str = "ok") -> Message:
+    return {"role": "tool", "tool_call_id": call, "content": content}
+
+
+def _user(text: str = "next") -> Message:
+    return {"role": "user", "content": text}
+
+
+def _append(store: SQLiteStore, *messages: Message) -> AppendOutcome:
+    return store.append(KEY, canonical_messages(list(messages)), max_messages=None,
+                        lock_timeout=5.0)
+
+
+def _warm(store: SQLiteStore) -> None:
+    """Enough quiet appends that the connection keeps the buffer hot."""
+    for _ in range(4):
+        _append(store, {"role": "system", "content": "warm"})
+
+
+class TandemStore:
+    """Two real SQLite stores on ONE file, taking appends in random runs: each switch
+    is a foreign commit for the other's hot copy (fills, then invalidations)."""
+
+    def __init__(self, path: Path, seed: int) -> None:
+        self.stores = [SQLiteStore(str(path)), SQLiteStore(str(path))]
+        self.random = random.Random(seed)
+        self.turn = 0
+
+    def append(self, key: StorageKey, incoming: Sequence[Message], **options: Any,
+               ) -> AppendOutcome:
+        if self.random.random() < 0.3:
+            self.turn = 1 - self.turn
+        return self.stores[self.turn].append(key, incoming, **options)
+
+    def read(self, key: StorageKey) -> tuple[bool, Any]:
+        return self.stores[1 - self.turn].read(key)
+
+    def history(self, key: StorageKey, **options: Any) -> HistoryPage:
+        return self.stores[self.turn].history(key, **options)
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+
+
+def test_two_connections_taking_turns_equal_the_pure_model(tmp_path: Path) -> None:
+    """MEM-1/2/3/10/14 + the window, with two connections appending in random runs."""
+    seeds = iter(range(10_000))
+    store_model_test(lambda: TandemStore(tmp_path / "tandem.db", next(seeds)),  # type: ignore[arg-type, return-value]
+                     max_examples=30, steps=30)
+
+
+def test_a_result_stored_by_another_connection_is_not_stored_twice(tmp_path: Path) -> None:
+    """MEM-1 and MEM-3 across connections: the hot copy is dropped on a foreign commit."""
+    mine, other = SQLiteStore(str(tmp_path / "a.db")), SQLiteStore(str(tmp_path / "a.db"))
+    _warm(mine)
+    _append(mine, _call("c1", "c2"))
+    _append(other, _result("c1"))
+    assert _append(mine, _result("c1", "again")).appended == 0  # MEM-1
+    outcome = _append(mine, _user())  # MEM-3: only c2 is healed
+    assert outcome.appended == 1
+    bodies = mine.read(KEY)[1]
+    assert [result_id(m) for m in bodies if m["role"] == "tool"] == ["c1", "c2"]
+    assert bodies[-2]["metadata"]["healed"] is True
+    mine.close()
+    other.close()
+
+
+def test_a_commit_from_another_process_is_seen(tmp_path: Path) -> None:
+    """MEM-10 across processes: a late result another process wrote replaces nothing twice."""
+    path = tmp_path / "p.db"
+    store = SQLiteStore(str(path))
+    _warm(store)
+    _append(store, _call("c1"), _user())  # c1 is healed with a placeholder
+    script = textwrap.dedent(f"""
+        from flowmem.messages import canonical_messages
+        from flowmem.scopes import StorageKey
+        from flowmem.stores.sqlite import SQLiteStore
+        store = SQLiteStore({str(path)!r})
+        late = {{"role": "tool", "tool_call_id": "c1", "content": "late"}}
+        store.append(StorageKey("session", "s1", "chat"), canonical_messages([late]),
+                     max_messages=None, lock_timeout=5.0)
+        store.close()
+    """)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+    assert _append(store, _result("c1", "later still")).appended == 0  # the real one is in
+    results = [m for m in store.read(KEY)[1] if m["role"] == "tool"]
+    assert [m["content"] for m in results] == ["late"]
+    store.close()
+
+
+def test_a_failed_append_teaches_the_copy_nothing(tmp_path: Path) -> None:
+    """A transaction that fails after some of its statements ran is rolled back, and so
+    is the hot copy: the next user turn heals nothing the failed append declared."""
+    path = tmp_path / "f.db"
+    store = SQLiteStore(str(path))
+    with sqlite3.connect(path) as raw:  # a real failure half-way through the statements
+        raw.execute("CREATE TRIGGER refuse BEFORE INSERT ON pending WHEN NEW.call_id = 'boom' "
+                    "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
+    raw.close()
+    _warm(store)
+    with pytest.raises(StoreError):
+        _append(store, _call("boom"))
+    assert _append(store, _user()).appended == 1  # no placeholder for boom
+    assert [m["role"] for m in store.read(KEY)[1]][-1] == "user"
+    assert _append(store, _result("boom")).appended == 1  # an orphan result, stored once
+    store.close()
+
+
+def test_the_window_drops_the_copy_and_stays_exact(tmp_path: Path) -> None:
+    """The window (eviction) is applied by the SQL executor; the copy is dropped, then
+    refilled, and a result of an evicted turn is not resurrected."""
+    store = SQLiteStore(str(tmp_path / "w.db"))
+    _warm(store)
+    for n in range(6):
+        store.append(KEY, canonical_messages([_call(f"c{n}"), _result(f"c{n}")]),
+                     max_messages=4, lock_timeout=5.0)
+    assert store.read(KEY)[1] == canonical_messages([_call("c4"), _result("c4"),
+                                                     _call("c5"), _result("c5")])
+    for _ in range(4):
+        assert _append(store, _result("c5", "dup")).appended == 0
+    store.close()
+
+
+def test_hot_buffers_are_bounded() -> None:
+    """At most CAPACITY buffers per connection, none longer than MAX_MESSAGES, and the
+    fill threshold doubles (to MAX_THRESHOLD) when foreign commits discard copies."""
+    hot = HotBuffers()
+    hot.observe(1)
+    for n in range(CAPACITY + 1):
+        hot.keep(("s", "i", str(n)), HotBuffer(n, 0, 0))
+    assert hot.get(("s", "i", "0")) is None and hot.get(("s", "i", str(CAPACITY))) is not None
+    assert not hot.should_fill(("s", "i", "big"), MAX_MESSAGES + 1)
+    first = hot.threshold
+    for version in range(2, 40):
+        hot.keep(("s", "i", "x"), HotBuffer(1, 0, 0))
+        hot.observe(version)
+        assert hot.get(("s", "i", "x")) is None
+    assert hot.threshold == MAX_THRESHOLD > first
+
+
+def test_the_copy_applies_a_plan_as_the_executor_does() -> None:
+    """Positions of new pending calls follow the SQL executor's SLOT arithmetic."""
+    from flowmem.plan import SLOT, BufferView, plan_append
+
+    buffer = HotBuffer(1, 0, 0)
+    incoming = canonical_messages([_call("a", "b"), _result("a"), _user()])
+    plan = plan_append(BufferView(), incoming)
+    buffer.apply(plan, 4)
+    assert (buffer.count, buffer.next_pos) == (4, 3 * SLOT)
+    assert buffer.results == {"a": False, "b": True}
+    assert buffer.declared == {"a", "b"} and buffer.pending == {}
+    buffer.apply(plan_append(buffer.view(), canonical_messages([_call("c")])), 5)
+    assert buffer.pending == {"c": PendingCall("c", 3 * SLOT, 0)}
