@@ -188,3 +188,30 @@ def test_the_copy_applies_a_plan_as_the_executor_does() -> None:
     assert buffer.declared == {"a", "b"} and buffer.pending == {}
     buffer.apply(plan_append(buffer.view(), canonical_messages([_call("c")])), 5)
     assert buffer.pending == {"c": PendingCall("c", 3 * SLOT, 0)}
+
+
+def test_a_value_written_over_a_hot_buffer_is_seen_by_the_next_append(tmp_path: Path) -> None:
+    """A write replaces the conversation: the next append to the key refuses (a value is
+    not a conversation), and a delete starts it over — never the stale copy."""
+    from flowmem.errors import KeyConflict
+
+    store = SQLiteStore(str(tmp_path / "v.db"))
+    _warm(store)
+    _append(store, _call("c1"))
+    store.write(KEY, {"plain": True})
+    with pytest.raises(KeyConflict):
+        _append(store, _user())
+    assert store.delete(KEY)
+    assert _append(store, _result("c1")).count == 1  # c1 is no longer declared: an orphan
+    store.close()
+
+
+def test_writes_to_other_keys_keep_the_copy(tmp_path: Path) -> None:
+    """The service writes session records beside each turn: those writes drop only their
+    own key's copy, so the conversation stays hot on its connection."""
+    store = SQLiteStore(str(tmp_path / "k.db"))
+    _warm(store)
+    store.write(StorageKey("session", "s1", "record"), {"status": "idle"})
+    hot = store._programs().hot
+    assert hot is not None and hot.get((KEY.scope, KEY.scope_id, KEY.key)) is not None
+    store.close()

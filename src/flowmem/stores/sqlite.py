@@ -308,11 +308,12 @@ class SQLiteStore:
         programs: SQLiteConversations = self._local.sql
         return programs
 
-    def _forget_hot(self) -> None:
-        """Drop this connection's hot buffers (before a write that is not an append)."""
+    def _forget_hot(self, key: StorageKey | None = None) -> None:
+        """Drop this connection's hot copy of ``key`` (before a write that is not an
+        append), or all of them (a failed transaction)."""
         programs: SQLiteConversations | None = getattr(self._local, "sql", None)
         if programs is not None:
-            programs.forget_hot()
+            programs.forget_hot(key)
 
     # -- the Store protocol ------------------------------------------------------
     def read(self, key: StorageKey) -> tuple[bool, Any]:
@@ -320,11 +321,11 @@ class SQLiteStore:
 
     def write(self, key: StorageKey, value: Any, *,
               idempotency: Idempotency | None = None) -> None:
-        self._forget_hot()
+        self._forget_hot(key)
         self._run(_SQL.write(key, encode(value), idempotency))
 
     def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
-        self._forget_hot()
+        self._forget_hot(key)
         return self._run(_SQL.delete(key, idempotency))
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
@@ -353,7 +354,7 @@ class SQLiteStore:
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
         with self._locks.hold(key, 30.0):
-            self._forget_hot()
+            self._forget_hot(key)
             return self._run(_SQL.edit(key, position, message))
 
     def keys(self, scope: str, scope_id: str, *, prefix: str = "",

@@ -49,11 +49,15 @@ class SQLiteConversations(SQLConversations):
         self.hot = hot
         self._target: tuple[tuple[str, str, str], HotBuffer] | None = None
 
-    def forget_hot(self) -> None:
-        """Drop the hot copy (the transaction, or a savepoint of it, was rolled back)."""
+    def forget_hot(self, key: StorageKey | None = None) -> None:
+        """Drop the hot copy of ``key`` (a write, delete or edit of it), or all of them
+        (the transaction, or a savepoint of it, was rolled back)."""
         self._target = None
         if self.hot is not None:
-            self.hot.clear()
+            if key is None:
+                self.hot.clear()
+            else:
+                self.hot.drop((key.scope, key.scope_id, key.key))
 
     def open_and_view(self, key: StorageKey,
                       incoming: Sequence[Message]) -> Program[Opened]:
