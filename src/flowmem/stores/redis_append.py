@@ -78,6 +78,7 @@ class Appends:
                 reply = yield from self._apply(names, guess, plan, max_messages, lease,
                                                idempotency)
                 if reply[0] == b"locked":  # MEM-12: another holder; the bounded wait
+                    held = True  # from its first SET NX on, the lease may be this token's
                     held = yield from self.programs.wait(names, token, deadline)
                     if not held:
                         lease, serialized = "", False  # never dropped, still whole
