@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import random
 import time
-import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -110,7 +109,7 @@ class Appends:
         if idempotency is not None:
             record, idem = self.programs.idem(idempotency)
             keys = (*keys, record)
-        args = [lease, self.programs.lease_ms, uuid.uuid4().hex, SLOT,
+        args = [lease, self.programs.lease_ms, self.programs.new_token(), SLOT,
                 "" if max_messages is None else max_messages, *idem, *guess.args(),
                 *plan_args(plan)]
         # the first append of this store to a conversation lists it in the same round trip

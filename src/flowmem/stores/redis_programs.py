@@ -30,9 +30,9 @@ The request vocabulary lives in :mod:`flowmem.stores.redis_requests`.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -82,7 +82,7 @@ class RedisPrograms:
     @staticmethod
     def new_token() -> str:
         """A lease token (or a version): random, never reused."""
-        return uuid.uuid4().hex
+        return os.urandom(16).hex()
 
     # -- values -------------------------------------------------------------------
     def read(self, key: StorageKey) -> Program[tuple[bool, Any]]:
@@ -231,7 +231,8 @@ class RedisPrograms:
     @staticmethod
     def _edit_args(version: str, edited: list[tuple[int, Message]]) -> list[Any]:
         keys = rewrite(edited)
-        args: list[Any] = [version, uuid.uuid4().hex, len(edited), len(keys.pos), *keys.pos]
+        args: list[Any] = [version, RedisPrograms.new_token(), len(edited), len(keys.pos),
+                           *keys.pos]
         for mapping in (keys.body, keys.info, keys.res, keys.calls, keys.pend):
             args.append(len(mapping))
             for field, value in mapping.items():
