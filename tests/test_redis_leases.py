@@ -227,8 +227,8 @@ def test_mem12_after_an_aof_restart_dead_holders_do_not_stall_appends(
 def test_both_faces_reconnect_and_reload_their_scripts_after_a_restart(
         private_redis: PrivateRedis) -> None:
     """A restart empties the script cache and drops every connection: the next append
-    (its read retried once on a fresh connection, its script reloaded on NOSCRIPT)
-    lands whole on both faces."""
+    (sent on a fresh connection — the pool notices the closed one first, on asyncio
+    too — its script reloaded on NOSCRIPT) lands whole, once, on both faces."""
     url = f"{private_redis.url}?prefix=restart"
     key = StorageKey("workflow", f"t-{uuid.uuid4().hex}", "conv")
     sync = RedisStore.from_url(url)
