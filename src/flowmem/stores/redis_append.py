@@ -30,7 +30,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from ..messages import Message
 from ..plan import SLOT, AppendPlan, mentioned_ids, needs_pending, plan_append
@@ -38,16 +38,23 @@ from ..scopes import StorageKey
 from ..store import AppendOutcome, AppendStats, Idempotency
 from . import redis_scripts as lua
 from .redis_layout import Names, plan_args
-from .redis_requests import Pipe, Program, Sleep, first_error, idem_conflict, key_conflict, script
+from .redis_requests import (
+    POLL_MAX,
+    POLL_START,
+    Pipe,
+    Program,
+    Sleep,
+    first_error,
+    idem_conflict,
+    key_conflict,
+    script,
+)
 from .redis_views import Guess, ViewCache
 
 if TYPE_CHECKING:
     from .redis_programs import RedisPrograms
 
 __all__ = ["Appends"]
-
-POLL_START: Final = 0.0002
-POLL_MAX: Final = 0.002
 
 
 class Appends:

@@ -42,9 +42,11 @@ from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
 from . import redis_scripts as lua
-from .redis_append import POLL_MAX, POLL_START, Appends
+from .redis_append import Appends
 from .redis_layout import Names, key_names, rewrite
 from .redis_requests import (
+    POLL_MAX,
+    POLL_START,
     Command,
     NoScript,
     Pipe,

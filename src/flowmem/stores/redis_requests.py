@@ -24,11 +24,14 @@ from ..store import Idempotency
 from . import redis_scripts as lua
 from .redis_layout import Names
 
-__all__ = ["SCRIPTS", "SHAS", "Command", "NoScript", "Pipe", "Program", "Request", "Sleep",
-           "T", "first_error", "held", "idem_conflict", "key_conflict", "load", "retried",
-           "script", "setup"]
+__all__ = ["POLL_MAX", "POLL_START", "SCRIPTS", "SHAS", "Command", "NoScript", "Pipe",
+           "Program", "Request", "Sleep", "T", "first_error", "held", "idem_conflict",
+           "key_conflict", "load", "retried", "script", "setup"]
 
 T = TypeVar("T")
+POLL_START: Final = 0.0002
+POLL_MAX: Final = 0.002
+"""The backoff of a bounded wait (MEM-12's lease polls, a re-plan after conflicts), s."""
 SCRIPTS: Final = (lua.APPLY, lua.READ, lua.HISTORY, lua.WRITE, lua.DELETE, lua.EDIT,
                   lua.RELEASE)
 SHAS: Final = {src: hashlib.sha1(src.encode()).hexdigest() for src in SCRIPTS}
