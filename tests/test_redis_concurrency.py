@@ -1,11 +1,11 @@
 """MEM-12 and MEM-1 on Redis: many writers on ONE conversation, a held lock, lost plans.
 
-Every append is planned in Python against a versioned view and applied by one
-Lua script that first checks the version (optimistic concurrency); the MEM-12
-lock only serializes. These tests show that under contention nothing is lost
-or doubled, that a held lock turns into one warning per unserialized append
-(never a lost or hung turn), and that a plan invalidated between the read
-and the script is made again.
+Every append is planned in Python against a view of the buffer and applied by
+one Lua script that first checks the view still holds (optimistic concurrency);
+the MEM-12 lock only serializes. These tests show that under contention nothing
+is lost or doubled, that a held lock turns into one warning per unserialized
+append (never a lost or hung turn), and that a plan invalidated before the
+script runs is made again.
 """
 
 from __future__ import annotations
@@ -30,7 +30,14 @@ from contention import (
     standard_batch,
     standard_expected,
 )
-from flowmem import Memory, StorageKey, append, canonical_message, resolve_scope
+from flowmem import (
+    HEALED_CONTENT,
+    Memory,
+    StorageKey,
+    append,
+    canonical_message,
+    resolve_scope,
+)
 from flowmem.stores import open_store
 from redis_support import drop_prefix, session_prefix, url_with
 
@@ -143,7 +150,7 @@ def _interfering(monkeypatch: pytest.MonkeyPatch, url: str, key: StorageKey,
                  interfere: Any) -> list[int]:
     """Wrap the store's planner: before each plan returns, ``interfere(n)`` may write
     through ANOTHER store (lock_timeout 0: it does not wait for our lock)."""
-    import flowmem.stores.redis_programs as redis_store
+    import flowmem.stores.redis_append as redis_store
 
     other = open_store(url)
     real = redis_store.plan_append
@@ -200,7 +207,9 @@ def test_mem12_conflicts_past_lock_timeout_report_unserialized_once_and_never_dr
     def interfere(n: int) -> dict[str, Any] | None:  # invalidate every plan for 0.3 s
         if time.monotonic() - began < 0.3:
             time.sleep(0.02)
-            return {"role": "user", "content": f"other {n}"}
+            # a new unanswered call: "mine" must heal it, so its plan no longer holds
+            return {"role": "assistant", "content": f"other {n}",
+                    "tool_calls": [{"id": f"o{n}", "type": "function"}]}
         return None
 
     calls = _interfering(monkeypatch, url, key, interfere)
@@ -208,10 +217,12 @@ def test_mem12_conflicts_past_lock_timeout_report_unserialized_once_and_never_dr
         result = memory.append(SCOPE, key_name, {"role": "user", "content": "mine"},
                                context=CONTEXT)
         messages = memory.read(SCOPE, key_name, context=CONTEXT).value
-    others = [m["content"] for m in messages if m["content"].startswith("other")]
+    others = [m["content"] for m in messages if str(m["content"]).startswith("other")]
     print(f"\nMEM-12 Redis: {calls[0]} plans for one append, {len(others)} interfering appends")
     assert calls[0] > 3
     assert (result.appended, result.serialized) == (1, False)
     assert _mem12_warnings(caplog.records) == 1
-    assert [m["content"] for m in messages] == [*others, "mine"]
+    # MEM-3: the last plan healed every call the others declared, each after its turn
+    assert [m["content"] for m in messages] == [
+        *[c for other in others for c in (other, HEALED_CONTENT)], "mine"]
     assert result.count == len(messages)

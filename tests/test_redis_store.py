@@ -1,6 +1,6 @@
 """The Redis store beyond the shared contract: URLs, key layout, failures mid-append, locks.
 
-Failures: a server that cannot be reached, a connection cut between the read
+Failures: a server that cannot be reached, a connection cut between the plan
 and the script, a connection killed while idle, a server error inside the
 script. Each ends in a typed flowmem error (or a whole append) and never in
 half an append. The contract suite and the model test run on Redis through
@@ -155,10 +155,10 @@ def test_unreachable_server_is_store_unavailable_for_every_operation(prefix: str
         down.read(key)
 
 
-def test_connection_cut_between_read_and_script_leaves_the_buffer_as_it_was(
+def test_connection_cut_between_plan_and_script_leaves_the_buffer_as_it_was(
         store: RedisStore, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """MEM-3/MEM-10 append (heals, replaces, adds) cut after planning: nothing of it lands."""
-    import flowmem.stores.redis_programs as redis_store
+    import flowmem.stores.redis_append as redis_store
 
     key = fresh()
     add(store, key, user("q"), turn("c1", "c2"), result("c1"))
@@ -188,9 +188,9 @@ def test_connection_cut_between_read_and_script_leaves_the_buffer_as_it_was(
 
 def test_connection_killed_while_idle_the_append_lands_once(
         prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """CLIENT KILL of the store's connections between read and script: the pool
+    """CLIENT KILL of the store's connections between plan and script: the pool
     reconnects before the script is sent, so the append lands whole, once (MEM-1)."""
-    import flowmem.stores.redis_programs as redis_store
+    import flowmem.stores.redis_append as redis_store
 
     name = f"fmkill{uuid.uuid4().hex[:8]}"
     killer = raw_client()
@@ -242,7 +242,8 @@ def test_server_error_inside_the_script_leaves_the_buffer_as_it_was(store: Redis
         client.restore(names.info, 0, saved)
         with pytest.raises(ResponseError, match=r"truncated plan|bad plan"):
             client.eval(lua.APPLY, len(names.keys), *names.keys,
-                        version, "new", "", SLOT, "", "", 0, "0", "A", "user", "{}", "", 0, 1)
+                        "", 1000, "new", SLOT, "", "", 0, "0", 0, "*",
+                        "A", "user", "{}", "", 0, 1)
         assert client.hget(names.meta, "ver") == version
         assert store.history(key) == before
     finally:
@@ -250,9 +251,9 @@ def test_server_error_inside_the_script_leaves_the_buffer_as_it_was(store: Redis
     assert add(store, key, turn("c2"), result("c2"), user("u")) == (6, 3)
 
 
-def test_write_between_read_and_script_is_a_key_conflict_and_the_value_stays(
+def test_write_between_plan_and_script_is_a_key_conflict_and_the_value_stays(
         store: RedisStore, prefix: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import flowmem.stores.redis_programs as redis_store
+    import flowmem.stores.redis_append as redis_store
 
     key = fresh()
     add(store, key, user("q"))

@@ -7,19 +7,23 @@ append does not grow with the conversation.
 
 Why Python plans and Lua applies. The append rules are decided in ONE place,
 :func:`flowmem.plan.plan_append`; re-deciding them in Lua would be a second
-implementation that could drift from the other backends. So an append is:
+implementation that could drift from the other backends. So an append is
+ONE round trip on the common path (:mod:`flowmem.stores.redis_append`):
 
-1. one pipelined ``MULTI`` round trip reads the planner's view (results and
-   declarations of the ids the incoming messages mention, the unanswered calls
-   when the append heals) and the buffer's version (a random token);
-2. Python plans against that view;
-3. ONE Lua script (:data:`~flowmem.stores.redis_scripts.APPLY`) checks the
-   version is unchanged and then executes the plan and the window with the
-   same statements :mod:`flowmem.stores.sql` runs (the result upsert of
-   MEM-1/MEM-10, placeholder inserts after the declaring turn's block, calls
-   and pending calls, eviction), sets a new version, and returns
-   ``(count, appended)``. If the version moved, it returns ``conflict`` and
-   the append reads and plans again (optimistic concurrency).
+1. Python plans against a *guess* of the planner's view (results and
+   declarations of the ids the incoming messages mention, the unanswered
+   calls when the append heals), taken from what this store's earlier appends
+   learned (:mod:`flowmem.stores.redis_views`: a bounded LRU per store);
+2. ONE Lua script (:data:`~flowmem.stores.redis_scripts.APPLY`) checks the
+   MEM-12 lease and that the buffer still matches the guess, then executes
+   the plan and the window with the same statements :mod:`flowmem.stores.sql`
+   runs (the result upsert of MEM-1/MEM-10, placeholder inserts after the
+   declaring turn's block, calls and pending calls, eviction), sets a new
+   version, and returns ``(count, appended)`` and how the ids it touched are
+   now. If the buffer no longer matches the guess — another writer touched
+   what this append mentions — it changes nothing and returns the true view,
+   and the append plans again (optimistic concurrency: a second round trip,
+   only then). A wrong guess can cost a round trip, never a wrong decision.
 
 A script runs atomically and validates its whole input and the type of every
 key before its first write, so an append is all or nothing without any lock.
@@ -29,29 +33,33 @@ sans-I/O programs (:mod:`flowmem.stores.redis_programs`); this blocking store
 and :class:`~flowmem.stores.redis_async.AsyncRedisStore` only run them
 (:mod:`flowmem.stores.redis_drivers`).
 
-MEM-12. ``append`` takes the per-key lock with the bounded wait; past
-``lock_timeout`` it goes ahead unserialized and reports ``serialized=False``
-— the version check keeps it whole. It also reports ``serialized=False`` when
-other writers keep invalidating its plan past ``lock_timeout`` (it keeps
-retrying; the turn is never dropped). The lock is a *lease*: a random token
-set for ``lock_ttl`` seconds (URL option, default 1) when free (``SET NX PX``),
-renewed only by its holder (the ``RENEW`` script) — an append in each of its
-own round trips, a ``lock()`` holder by a background renewer every
-``lock_ttl / 3`` — and released by compare-and-delete (the first attempt rides in the read's round
-trip, the release in the script's). The token fences it: nobody renews or
-releases another's lease, and an append reports ``serialized=True`` only if
-its script found the lease still its own. A holder that dies (kill -9, a lost
-connection, a Redis restart) stops renewing, so its lease is gone within
-``lock_ttl``. Threads of one store appending to one conversation first queue
-on an in-process lock (:class:`~flowmem.stores.locks.KeyLocks`), so only one
-of them polls Redis; that wait counts against the same ``lock_timeout``.
+MEM-12. The lock is a *lease*: a random token set for ``lock_ttl`` seconds
+(URL option, default 1) when free (``SET NX PX``), renewed only by its holder
+(the ``RENEW`` script; a ``lock()`` holder's background renewer every
+``lock_ttl / 3``) and released by compare-and-delete. The common append never
+takes it: its one script is the critical section and checks that no other
+token holds the lease. When one does, the script changes nothing and replies
+``locked``; the append then waits for the lease with the bounded wait (polling
+``SET NX PX``), and sends its script again holding it (the script releases
+it). Past ``lock_timeout`` it goes ahead unserialized and reports
+``serialized=False`` — the script keeps it whole. It also reports
+``serialized=False`` when other writers keep invalidating its plan past
+``lock_timeout`` (it keeps retrying; the turn is never dropped). The token
+fences it: nobody renews or releases another's lease, and an append reports
+``serialized=True`` only if its script found no other token holding the
+lease. A holder that dies (kill -9, a lost connection, a Redis restart) stops
+renewing, so its lease is gone within ``lock_ttl``. Threads of one store
+appending to one conversation first queue on an in-process lock
+(:class:`~flowmem.stores.locks.KeyLocks`), so only one of them polls Redis;
+that wait counts against the same ``lock_timeout``.
 
 Errors. Connection loss and timeouts raise
 :class:`~flowmem.errors.StoreUnavailable`, any other server error
 :class:`~flowmem.errors.StoreError`; redis-py never retries on its own. A
 failure before the script leaves the buffer untouched; if the connection drops
-while the script runs, the append took effect whole or not at all (as with a
-lost ``COMMIT`` reply on SQL). Needs Redis 7.0+ (script flags).
+or times out once the script was sent, the append took effect whole or not at
+all (as with a lost ``COMMIT`` reply on SQL; retry with an idempotency key).
+Needs Redis 7.0+ (script flags).
 
 Durability is the server's, not flowmem's. flowmem acknowledges an append once
 Redis has applied it in memory. Without persistence a restart loses all;

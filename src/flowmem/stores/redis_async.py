@@ -1,7 +1,7 @@
 """``redis://…`` on asyncio — :class:`AsyncRedisStore`, the :class:`~flowmem.store.AsyncStore` face.
 
 The same programs as :class:`~flowmem.stores.redis.RedisStore`
-(:mod:`flowmem.stores.redis_programs`: the append's snapshot → plan → script,
+(:mod:`flowmem.stores.redis_programs`: the append's guess → plan → one script,
 the optimistic retry, the MEM-12 lease and its bounded wait, the edit), run
 by the asyncio driver on ``redis.asyncio.Redis``: no thread hop, and the
 MEM-12 wait is ``asyncio.sleep`` so it never blocks the loop. Sync and async

@@ -20,11 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import select
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import ModuleType
-from typing import Any
+from typing import Any, Final
 
 from ..errors import InvalidStoreURL, MissingDependency, StoreError, StoreUnavailable
 from ..scopes import StorageKey
@@ -80,7 +81,52 @@ def make_client(url: str, *, asyncio_face: bool) -> tuple[Any, str, float, float
     if asyncio_face:
         timeout = pool.connection_kwargs.get("socket_timeout")
         pool.connection_kwargs["socket_timeout"] = None
+        pool.connection_class = peeking(pool.connection_class)
     return client, prefix, lock_ttl, timeout
+
+
+def peeking(cls: Any) -> Any:
+    """``cls`` (a ``redis.asyncio`` connection class) whose pooled connections notice
+    when the server has closed them, before a command is sent on them.
+
+    The pool checks a connection before reusing it, but on asyncio it sees an
+    end of stream only once the event loop has read it (and redis-py 8 skips
+    the check altogether while maintenance notifications are ``auto``): after
+    a server restart the loop has not noticed yet, the next command would be
+    sent on a dead connection. A read can be retried then; an append is one
+    script that cannot be (it may have run), so the pool must not hand such a
+    connection out. One ``poll`` for the peer's hang-up settles it (Linux's
+    ``POLLRDHUP``; elsewhere the check is redis-py's alone).
+    """
+
+    class Peeking(cls):  # type: ignore[misc]
+        async def can_read(self) -> bool:
+            if _hung_up(self):
+                from redis.exceptions import ConnectionError as Lost
+
+                raise Lost("Connection closed by server.")  # the pool reconnects
+            return bool(await super().can_read())
+
+    Peeking.__name__ = Peeking.__qualname__ = f"Peeking{cls.__name__}"
+    return Peeking
+
+
+_HUNG_UP: Final = getattr(select, "POLLRDHUP", 0)
+
+
+def _hung_up(connection: Any) -> bool:
+    """Whether the server closed an idle connection (without the event loop reading it)."""
+    transport = getattr(getattr(connection, "_writer", None), "transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or not _HUNG_UP:
+        return False
+    poller = select.poll()
+    try:
+        poller.register(sock.fileno(), _HUNG_UP)
+        return any(events & (_HUNG_UP | select.POLLHUP | select.POLLERR)
+                   for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 class Driver:

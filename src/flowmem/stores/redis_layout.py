@@ -18,19 +18,12 @@ from ..entries import derive_indexes
 from ..errors import InvalidStoreURL
 from ..ids import declared_call_ids, is_healed
 from ..messages import Message, healed_placeholder
-from ..plan import (
-    AddEntry,
-    AppendPlan,
-    BufferView,
-    NewTurn,
-    PendingCall,
-    ReplacePlaceholder,
-)
+from ..plan import AddEntry, AppendPlan, NewTurn, ReplacePlaceholder
 from ..scopes import StorageKey
 from .redis_scripts import BUFFER_PARTS
 from .sql import encode
 
-__all__ = ["Names", "Rewrite", "key_names", "plan_args", "rewrite", "split_url", "view_from"]
+__all__ = ["Names", "Rewrite", "key_names", "plan_args", "rewrite", "split_url"]
 
 URL_OPTIONS: Final = ("prefix", "lock_ttl")
 
@@ -76,25 +69,6 @@ def key_names(prefix: bytes, key: StorageKey) -> Names:
     base = b"{" + prefix + b":" + tail + b":" + _escape(key.key) + b"}:"
     return Names(tuple(base + part.encode() for part in BUFFER_PARTS),
                  prefix + b":idx:" + tail, key.key.encode("utf-8", "surrogatepass"))
-
-
-def view_from(ids: Sequence[str], heals: bool, replies: list[Any]) -> BufferView:
-    """The planner's view from the replies to ``HMGET res ids``, ``HMGET calls ids``
-    (both only when ``ids``) and ``HGETALL pend`` (only when ``heals``), in order."""
-    results: dict[str, bool] = {}
-    declared: set[str] = set()
-    if ids:
-        for call, held in zip(ids, replies.pop(0), strict=True):
-            if held is not None:
-                results[call] = held.startswith(b"h")
-        declared = {call for call, turns in zip(ids, replies.pop(0), strict=True)
-                    if turns is not None}
-    pending: list[PendingCall] = []
-    if heals:
-        for call, where in replies.pop(0).items():
-            turn, order = where.split(b":")
-            pending.append(PendingCall(call.decode(), int(turn), int(order)))
-    return BufferView(results, declared, pending)
 
 
 def plan_args(plan: AppendPlan) -> list[Any]:

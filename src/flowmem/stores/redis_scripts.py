@@ -69,34 +69,35 @@ end
 """
 
 APPLY: Final = "#!lua\n" + _PRELUDE + _IDEM + r"""
--- KEYS: the nine BUFFER_PARTS (+ the idempotency record).  ARGV: 1 version the
--- plan was made against ("" = no buffer yet), 2 the new version, 3 the lease
--- token to release ("" = none; the reply's 4th element: whether the lease was
--- still that token's), 4 SLOT, 5 max_messages ("" = unbounded), 6 the
--- idempotency fingerprint ("" = none), 7 its time to live (ms), 8 the caller's
--- clock (s), then the operations:
+-- KEYS: the nine BUFFER_PARTS (+ the idempotency record).  ARGV: 1 the append's lease
+-- token ("" = go ahead whoever holds the lease: MEM-12's unserialized fallback), 2 the
+-- lease's ms, 3 the new version, 4 SLOT, 5 max_messages ("" = unbounded), 6 the
+-- idempotency fingerprint ("" = none), 7 its time to live (ms), 8 the caller's clock
+-- (s); then the view the plan was made against: n (id code)... with code the id's
+-- result ('-' none, 'h' a healed placeholder, 'r' real) then whether it is declared
+-- ('d' or '-'), then '*' (the append does not heal) or m (id 'turn:ord')... the whole
+-- of the unanswered calls; then the operations:
 --   A role body answers healed(0/1) ndeclares id... nopens (id ord)...
 --   R id body
 --   H p|n turn count (id placeholder-body)...
+-- Replies {'locked'} when another token holds the lease (nothing changed);
+-- {'conflict', code..., [pend]} when the buffer no longer matches the view: the
+-- ids' codes now and, when it heals, HGETALL of the unanswered calls (nothing
+-- changed but the renewal of a lease the token holds); else {'ok', count, appended,
+-- owned, created, (id code pend)...}: owned is 1 when no other token held the lease,
+-- created 1 when the buffer did not exist, then the codes and unanswered-call
+-- entries ('' for none) of every id the append touched, as they are now.
 local V, META, POS, BODY, INFO, RES, CALLS, PEND, LOCK =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local TOKEN = ARGV[1]
+local holder = redis.call('GET', LOCK)
+if TOKEN ~= '' and holder and holder ~= TOKEN then return {'locked'} end
+local owned = 0
+if TOKEN ~= '' then owned = 1 end
 local function release()
-  if ARGV[3] ~= '' and redis.call('GET', LOCK) == ARGV[3] then
-    redis.call('DEL', LOCK)
-    return 1
-  end
-  return 0
+  if holder and holder == TOKEN then redis.call('DEL', LOCK) end
+  return owned
 end
-if ARGV[6] ~= '' then  -- a repeated idempotency key: the first outcome, nothing changes
-  local first = idem_first(ARGV[6], ARGV[8])
-  if first == false then return {'idem_conflict', 0, 0, release()} end
-  if first then
-    local c, a = string.match(first, '(%d+) (%d+)')
-    return {'replay', tonumber(c), tonumber(a), release()}
-  end
-end
-if redis.call('EXISTS', V) == 1 then release() return {'value'} end
-if (redis.call('HGET', META, 'ver') or '') ~= ARGV[1] then return {'conflict'} end
 
 -- parse everything first: nothing below the parser may fail
 local function num(i)
@@ -106,7 +107,18 @@ local function num(i)
 end
 local slot, window = num(4), nil
 if ARGV[5] ~= '' then window = num(5) end
-local ops, i, sure = {}, 9, {}
+local ids, expect, pending = {}, {}, nil
+local i = 10
+for k = 1, num(9) do ids[k], expect[k] = ARGV[i], ARGV[i + 1] i = i + 2 end
+if ARGV[i] == '*' then
+  i = i + 1
+else
+  pending = {}
+  local n = num(i)
+  for k = 1, n do pending[k] = {ARGV[i + 2 * k - 1], ARGV[i + 2 * k]} end
+  i = i + 1 + 2 * n
+end
+local ops, sure = {}, {}
 while i <= #ARGV do
   local kind = ARGV[i]
   if kind == 'A' then
@@ -135,6 +147,45 @@ while i <= #ARGV do
   end
 end
 if i ~= #ARGV + 1 then error('flowmem: truncated plan') end
+
+if ARGV[6] ~= '' then  -- a repeated idempotency key: the first outcome, nothing changes
+  local first = idem_first(ARGV[6], ARGV[8])
+  if first == false then return {'idem_conflict', 0, 0, release()} end
+  if first then
+    local c, a = string.match(first, '(%d+) (%d+)')
+    return {'replay', tonumber(c), tonumber(a), release()}
+  end
+end
+if redis.call('EXISTS', V) == 1 then release() return {'value'} end
+
+-- the view check: the plan holds exactly when what it was made against still holds
+-- (plan_append reads nothing else), whoever wrote in between
+local function code(id)
+  local held, c = redis.call('HGET', RES, id), '-'
+  if held then c = string.sub(held, 1, 1) == 'h' and 'h' or 'r' end
+  return c .. (redis.call('HEXISTS', CALLS, id) == 1 and 'd' or '-')
+end
+local stale = false
+for k, id in ipairs(ids) do
+  if code(id) ~= expect[k] then stale = true break end
+end
+if pending and not stale then
+  stale = redis.call('HLEN', PEND) ~= #pending
+  for _, p in ipairs(pending) do
+    if stale then break end
+    stale = redis.call('HGET', PEND, p[1]) ~= p[2]
+  end
+end
+if stale then
+  if holder and holder == TOKEN then redis.call('PEXPIRE', LOCK, ARGV[2]) end
+  local out = {'conflict'}
+  for _, id in ipairs(ids) do out[#out + 1] = code(id) end
+  if pending then out[#out + 1] = redis.call('HGETALL', PEND) end
+  return out
+end
+local created = 0
+if redis.call('EXISTS', META) == 0 then created = 1 end
+local touched = {}  -- every id whose result, declaration or unanswered call may change
 
 -- the end of a turn's block: the last of the consecutive tool entries that follow
 -- it (or the turn), and the position of the entry after the block (nil: none)
@@ -177,6 +228,7 @@ end
 -- the result upsert of sql._UPSERT_RESULT: write at p when the id has no result;
 -- overwrite a healed placeholder in place when this one is real; else nothing
 local function upsert(id, p, body, healed)
+  touched[id] = true
   local held = redis.call('HGET', RES, id)
   if not held then
     put(p, body, 'T' .. id)
@@ -201,6 +253,7 @@ local function add(op, p)
   if #op.declares > 0 then info = 'A' .. table.concat(op.declares, '\0') end
   put(p, op.body, info)
   for k, id in ipairs(op.declares) do
+    touched[id] = true
     local old = redis.call('HGET', CALLS, id)
     local entry = p .. ':' .. s(k - 1)
     redis.call('HSET', CALLS, id, old and (old .. ',' .. entry) or entry)
@@ -215,6 +268,7 @@ local function heal(turn, ids, bodies)
   local base = block(turn)
   for k, id in ipairs(ids) do
     local p = s(base + k)
+    touched[id] = true
     put(p, bodies[k], 'T' .. id)
     redis.call('HSET', RES, id, 'h' .. p)
     redis.call('HDEL', PEND, id)
@@ -291,6 +345,7 @@ if window and count > window then
     affected[id] = true
   end
   for id in pairs(affected) do
+    touched[id] = true
     redis.call('HDEL', PEND, id)
     local first = nil
     for _, t in ipairs(turns_of(id)) do
@@ -303,10 +358,15 @@ if window and count > window then
   count = count - removed
 end
 
-redis.call('HSET', META, 'ver', ARGV[2], 'count', s(count), 'next', s(nextpos))
+redis.call('HSET', META, 'ver', ARGV[3], 'count', s(count), 'next', s(nextpos))
 if ARGV[6] ~= '' then idem_record(ARGV[6], ARGV[7], ARGV[8], s(count) .. ' ' .. s(appended)) end
-local owned = release()
-return {'ok', count, appended, owned}
+local out = {'ok', count, appended, release(), created}
+for id in pairs(touched) do
+  out[#out + 1] = id
+  out[#out + 1] = code(id)
+  out[#out + 1] = redis.call('HGET', PEND, id) or ''
+end
+return out
 """
 
 READ: Final = r"""#!lua flags=no-writes
