@@ -39,6 +39,7 @@ from ..errors import (
 )
 from . import metrics_http, routes_events, routes_memory, routes_meta, routes_sessions, routes_ui
 from .auth import TokenBackend
+from .changes import Changes
 from .deps import ServerState, strict_query
 from .gate import BodyGate, Failures, HostGate, new_request_id
 from .ratelimit import RateLimiter
@@ -209,9 +210,12 @@ def create_app(memory: AsyncMemory, settings: Settings | None = None, *,
                   default_response_class=AsciiJSONResponse, responses=ERROR_RESPONSES,
                   dependencies=[Depends(strict_query)], redirect_slashes=False,
                   lifespan=lifespan)
-    app.state.flowmem = ServerState(memory=memory, tokens=TokenBackend(memory.store),
-                                    sessions=SessionRegistry(memory.store), settings=settings,
-                                    limiter=RateLimiter(settings.rate_limit, settings.burst))
+    changes = Changes(memory.store)
+    app.state.flowmem = ServerState(memory=memory, tokens=TokenBackend(memory.store, changes),
+                                    sessions=SessionRegistry(memory.store, changes),
+                                    settings=settings,
+                                    limiter=RateLimiter(settings.rate_limit, settings.burst),
+                                    changes=changes)
     for module in (routes_meta, routes_sessions, routes_events, routes_memory, routes_ui):
         app.include_router(module.router)
     _install_handlers(app)
