@@ -41,6 +41,7 @@ from . import metrics_http, routes_events, routes_memory, routes_meta, routes_se
 from .auth import TokenBackend
 from .changes import Changes
 from .deps import ServerState, strict_query
+from .fastpath import TurnsFastPath
 from .gate import BodyGate, Failures, HostGate, new_request_id
 from .ratelimit import RateLimiter
 from .responses import ERROR_RESPONSES, ApiError, AsciiJSONResponse, ErrorBody, error_response
@@ -220,6 +221,8 @@ def create_app(memory: AsyncMemory, settings: Settings | None = None, *,
         app.include_router(module.router)
     _install_handlers(app)
     app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
+    if settings.fast_turns:  # innermost: behind every gate below
+        app.add_middleware(TurnsFastPath, failure=_flowmem_failure)
     app.add_middleware(BodyGate, limits=settings.limits, read_timeout=settings.read_timeout)
     app.add_middleware(Failures)
     if settings.allowed_hosts is not None:
