@@ -88,18 +88,24 @@ async def caller(request: Request, _: Annotated[object, Depends(_bearer)]) -> Pr
     if header is None and server.settings.anonymous is None:
         raise ApiError("unauthenticated", "this service needs a bearer token",
                        headers={"WWW-Authenticate": "Bearer"})
-    client = f"client:{request.client.host if request.client else '?'}"
     try:
         principal = await server.tokens.authenticate(header)
     except InvalidCredentials as exc:
-        _limit(server, client)  # guessing tokens is limited per client address
+        _limit(server, request, None)  # guessing tokens is limited per client address
         raise ApiError("invalid_token", str(exc),
                        headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}) from None
-    _limit(server, client if header is None else f"token:{hash_token(header)}")
+    _limit(server, request, header)
     return principal
 
 
-def _limit(server: ServerState, key: str) -> None:
+def _limit(server: ServerState, request: Request, header: str | None) -> None:
+    """Spend one request of the token's bucket (without one: the client address's)."""
+    if server.limiter.rate <= 0:
+        return
+    if header is None:
+        key = f"client:{request.client.host if request.client else '?'}"
+    else:
+        key = f"token:{hash_token(header)}"
     wait = server.limiter.take(key)
     if wait:
         raise ApiError("rate_limited", f"too many requests; retry after {wait} s",
