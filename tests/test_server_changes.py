@@ -254,3 +254,16 @@ def test_the_fast_path_answers_as_the_route_does() -> None:
     fast, routed = _answers(True), _answers(False)
     for case, (mine, theirs) in enumerate(zip(fast, routed, strict=True)):
         assert mine == theirs, (CASES[case], mine, theirs)
+
+
+def test_flowmem_serve_parses_with_httptools_keeping_the_head_deadline() -> None:
+    """``flowmem serve`` serves with uvicorn's httptools protocol when it is installed (the
+    server extra), with the same slow-head deadline as the h11 one (docs/security.md)."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    from flowmem.server.serving import DeadlineProtocol, _Deadlines, protocol
+
+    chosen = protocol()
+    assert issubclass(chosen, _Deadlines) and issubclass(DeadlineProtocol, H11Protocol)
+    httptools = pytest.importorskip("uvicorn.protocols.http.httptools_impl")
+    assert issubclass(chosen, httptools.HttpToolsProtocol)
