@@ -144,10 +144,12 @@ class TokenBackend:
         if len(digests) != 1:
             return False
         key = reserved(_TOKENS, digests[0])
-        async with self._locks.hold(self.store, key, _LOCK_TIMEOUT):
-            existed = await self.store.delete(key)
-        if self.changes is not None:
-            self.changes.tokens.replace(digests[0], None)
+        try:
+            async with self._locks.hold(self.store, key, _LOCK_TIMEOUT):
+                existed = await self.store.delete(key)
+        finally:  # landed or not, this process reads the record again on its next use
+            if self.changes is not None:
+                self.changes.tokens.replace(digests[0], None)
         await announce(self.store)
         return existed
 

@@ -19,7 +19,7 @@ now kept in the process (:class:`LocalCache`), and are forgotten:
   next one, so under load one read serves every request that arrived during
   the previous one (one read per store round trip, not per request).
 - **after** :data:`MAX_AGE` **seconds in any case**: the backstop for a
-  process that died between its change and its announcement.
+  process that died (or lost the store) between its change and its announcement.
 
 A fill that raced a change is never kept (:meth:`LocalCache.put` checks
 the epoch the fill began under). Expiry (``expires_at``) is checked on every
