@@ -10,6 +10,7 @@ import pytest
 from flowmem.access import Action, Level, Principal, SessionRecord
 from flowmem.errors import StoreUnavailable
 from flowmem.server import Limits, Settings, hash_token
+from flowmem.server.changes import announce
 from flowmem.server.registry import RESERVED_SCOPE, reserved
 from server_support import USERS, World, make_world
 
@@ -413,6 +414,7 @@ def test_openapi_documents_limits_refusal_and_no_422(world: World) -> None:
 def test_mem15_message_of_an_unloadable_session_is_denied(world: World) -> None:
     sid = world.session_id
     world.run(world.memory.store.write, reserved("sessions", sid), "not a session record")
+    world.run(announce, world.memory.store)  # a change made outside the registry, announced
     edit = {"message": {"role": "user", "content": "x"}}
     for role in ("admin", "owner"):
         assert world.call(role, "PUT", f"/v1/sessions/{sid}/messages/0", edit).status_code == 404

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from flowmem.async_memory import AsyncMemory
 from flowmem.errors import StoreBusy, StoreError
 from flowmem.server import create_app
+from flowmem.server.changes import announce
 from flowmem.server.registry import reserved
 from flowmem.server.responses import ERROR_CODES
 from server_support import REFUSALS, CheckedClient, World, app_routes, make_world
@@ -302,6 +303,7 @@ def test_a_record_with_the_old_spelling_is_served_in_the_vocabulary() -> None:
         _, record = world.run(world.memory.store.read, reserved("sessions", sid))
         world.run(world.memory.store.write, reserved("sessions", sid),
                   {**record, "status": "active"})
+        world.run(announce, world.memory.store)  # written outside the registry: announced
         served = world.call("owner", "GET", f"/v1/sessions/{sid}").json()["data"]["status"]
         assert served == expected
 

@@ -126,3 +126,21 @@ def test_flowmem_serve_counts_and_metrics_public(tmp_path: Any) -> None:
         samples = _samples(client.get("/metrics").text)
         assert _value(samples, "flowmem_appends_total", backend="sqlite") == 1
         assert _value(samples, "flowmem_messages_appended_total", backend="sqlite") == 1
+
+
+def test_the_route_label_is_the_template_starlette_matches() -> None:
+    """The middleware's own pattern table labels every request as the routes' own matching
+    does (a method mismatch is the route's; a path no route serves is ``unmatched``)."""
+    from flowmem.server.metrics_http import _flatten, _Templates, route_template
+
+    world = _world()
+    routes = _flatten(list(world.app.router.routes), [])
+    table = _Templates(routes)
+    paths = ["/v1/sessions/abc/turns", "/v1/sessions/abc", "/v1/sessions", "/v1/whoami",
+             "/v1/sessions/abc/messages/7", "/v1/memory/append", "/metrics", "/healthz",
+             "/nowhere", "/v1/sessions/a/b/c", "/ui", "/openapi.json", ""]
+    for path in paths:
+        for method in ("GET", "POST", "PUT", "DELETE", "PATCH"):
+            scope = {"type": "http", "path": path, "method": method, "root_path": ""}
+            assert table.of(scope) == route_template(routes, scope), (method, path)
+    world.close()

@@ -39,7 +39,9 @@ from ..errors import (
 )
 from . import metrics_http, routes_events, routes_memory, routes_meta, routes_sessions, routes_ui
 from .auth import TokenBackend
+from .changes import Changes
 from .deps import ServerState, strict_query
+from .fastpath import TurnsFastPath
 from .gate import BodyGate, Failures, HostGate, new_request_id
 from .ratelimit import RateLimiter
 from .responses import ERROR_RESPONSES, ApiError, AsciiJSONResponse, ErrorBody, error_response
@@ -209,13 +211,18 @@ def create_app(memory: AsyncMemory, settings: Settings | None = None, *,
                   default_response_class=AsciiJSONResponse, responses=ERROR_RESPONSES,
                   dependencies=[Depends(strict_query)], redirect_slashes=False,
                   lifespan=lifespan)
-    app.state.flowmem = ServerState(memory=memory, tokens=TokenBackend(memory.store),
-                                    sessions=SessionRegistry(memory.store), settings=settings,
-                                    limiter=RateLimiter(settings.rate_limit, settings.burst))
+    changes = Changes(memory.store)
+    app.state.flowmem = ServerState(memory=memory, tokens=TokenBackend(memory.store, changes),
+                                    sessions=SessionRegistry(memory.store, changes),
+                                    settings=settings,
+                                    limiter=RateLimiter(settings.rate_limit, settings.burst),
+                                    changes=changes)
     for module in (routes_meta, routes_sessions, routes_events, routes_memory, routes_ui):
         app.include_router(module.router)
     _install_handlers(app)
     app.openapi = lambda: _openapi(app, settings)  # type: ignore[method-assign]
+    if settings.fast_turns:  # innermost: behind every gate below
+        app.add_middleware(TurnsFastPath, failure=_flowmem_failure)
     app.add_middleware(BodyGate, limits=settings.limits, read_timeout=settings.read_timeout)
     app.add_middleware(Failures)
     if settings.allowed_hosts is not None:

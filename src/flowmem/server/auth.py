@@ -10,10 +10,12 @@ itself is shown once, when it is created. A token's public id is the first
 A record holds the user id, the admin flag, the grants
 (``scope:glob:read|write``), when it was created, when it expires and when
 it was last used (written at most once a minute per token). An expired or
-revoked token is refused at once: every request reads the record. Every
-method is a coroutine over an :class:`~flowmem.store.AsyncStore` (the
-service's loop never blocks on the store; the CLI runs them with
-:func:`asyncio.run`).
+revoked token is refused at once: the service keeps a verified token in
+memory (:mod:`.changes`) only until a revocation — by any process — is
+announced, and checks the expiry on every use; a revocation announces itself
+(:func:`~.changes.announce`). Every method is a coroutine over an
+:class:`~flowmem.store.AsyncStore` (the service's loop never blocks on the
+store; the CLI runs them with :func:`asyncio.run`).
 
 A header that is present but not a valid bearer token is refused (401),
 never downgraded to anonymous. Identity never comes from a request body.
@@ -32,6 +34,7 @@ from ..access import Grant, Principal
 from ..errors import InvalidInput
 from ..ids import usable_id
 from ..store import AsyncStore
+from .changes import Changes, announce
 from .registry import RESERVED_SCOPE, KeyLocks, as_mapping, reserved
 
 __all__ = ["TOKEN_PREFIX", "InvalidCredentials", "TokenBackend", "TokenInfo", "hash_token"]
@@ -87,8 +90,9 @@ def _info(digest: str, record: dict[str, Any]) -> TokenInfo | None:
 class TokenBackend:
     """Creates, lists, revokes and resolves bearer tokens kept in a store."""
 
-    def __init__(self, store: AsyncStore) -> None:
+    def __init__(self, store: AsyncStore, changes: Changes | None = None) -> None:
         self.store = store
+        self.changes = changes
         self._locks = KeyLocks()
         self._touched: dict[str, float] = {}
 
@@ -140,30 +144,55 @@ class TokenBackend:
         if len(digests) != 1:
             return False
         key = reserved(_TOKENS, digests[0])
-        async with self._locks.hold(self.store, key, _LOCK_TIMEOUT):
-            return await self.store.delete(key)
+        try:
+            async with self._locks.hold(self.store, key, _LOCK_TIMEOUT):
+                existed = await self.store.delete(key)
+        finally:  # landed or not, this process reads the record again on its next use
+            if self.changes is not None:
+                self.changes.tokens.replace(digests[0], None)
+        await announce(self.store)
+        return existed
 
     async def lookup(self, token: str) -> Principal | None:
         """The principal a live token stands for, or ``None`` (unknown, revoked, expired)."""
         if not token or len(token) > _MAX_TOKEN_LENGTH:
             return None
         digest = hash_token(token)
+        verified = await self._verified(digest)
+        if verified is None:
+            return None
+        principal, expires_at = verified
+        now = time.time()
+        if expires_at is not None and expires_at <= now:
+            return None
+        await self._touch(digest, now)
+        return principal
+
+    async def _verified(self, digest: str) -> tuple[Principal, float | None] | None:
+        """The principal and expiry of a stored token: kept in memory by a serving
+        process (:mod:`.changes`), else read."""
+        changes = self.changes
+        if changes is not None:
+            await changes.settle()
+            kept: tuple[Principal, float | None] | None = changes.tokens.get(digest)
+            if kept is not None:
+                return kept
+            epoch = changes.tokens.epoch
         found, value = await self.store.read(reserved(_TOKENS, digest))
         record = as_mapping(value) if found else None
         info = _info(digest, record) if record is not None else None
-        if record is None or info is None:
-            return None
-        now = time.time()
-        if info.expires_at is not None and info.expires_at <= now:
+        if info is None:
             return None
         try:
             grants = tuple(Grant.parse(g) for g in info.grants)
         except ValueError:
             return None  # a damaged record grants nothing: refuse the token
-        await self._touch(digest, record, now)
-        return Principal(info.user_id, info.admin, grants)
+        verified = (Principal(info.user_id, info.admin, grants), info.expires_at)
+        if changes is not None:
+            changes.tokens.put(digest, verified, epoch)
+        return verified
 
-    async def _touch(self, digest: str, record: dict[str, Any], now: float) -> None:
+    async def _touch(self, digest: str, now: float) -> None:
         """Record ``last_used_at`` at most once a minute per token (per process)."""
         if now - self._touched.get(digest, 0.0) < _TOUCH_EVERY:
             return

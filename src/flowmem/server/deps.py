@@ -9,6 +9,7 @@ dependency is handed to a thread pool.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -22,6 +23,7 @@ from ..formats import render, to_canonical
 from ..results import HistoryResult, ScopedAppendResult
 from ..scopes import ExecutionContext
 from .auth import InvalidCredentials, TokenBackend, hash_token
+from .changes import ARRIVED, Changes
 from .limits import check_messages
 from .ratelimit import RateLimiter
 from .responses import ApiError
@@ -61,6 +63,7 @@ class ServerState:
     sessions: SessionRegistry
     settings: Settings
     limiter: RateLimiter
+    changes: Changes
 
 
 def _state(request: Request) -> ServerState:
@@ -79,23 +82,30 @@ async def caller(request: Request, _: Annotated[object, Depends(_bearer)]) -> Pr
     Without a token: 401, unless the service opted in to anonymous use of
     the shared scopes (``Settings.anonymous``), when the caller is anonymous.
     """
+    ARRIVED.set(time.monotonic())  # what this request may use of the caches (.changes)
     server = _state(request)
     header = request.headers.get("authorization")
     if header is None and server.settings.anonymous is None:
         raise ApiError("unauthenticated", "this service needs a bearer token",
                        headers={"WWW-Authenticate": "Bearer"})
-    client = f"client:{request.client.host if request.client else '?'}"
     try:
         principal = await server.tokens.authenticate(header)
     except InvalidCredentials as exc:
-        _limit(server, client)  # guessing tokens is limited per client address
+        _limit(server, request, None)  # guessing tokens is limited per client address
         raise ApiError("invalid_token", str(exc),
                        headers={"WWW-Authenticate": 'Bearer error="invalid_token"'}) from None
-    _limit(server, client if header is None else f"token:{hash_token(header)}")
+    _limit(server, request, header)
     return principal
 
 
-def _limit(server: ServerState, key: str) -> None:
+def _limit(server: ServerState, request: Request, header: str | None) -> None:
+    """Spend one request of the token's bucket (without one: the client address's)."""
+    if server.limiter.rate <= 0:
+        return
+    if header is None:
+        key = f"client:{request.client.host if request.client else '?'}"
+    else:
+        key = f"token:{hash_token(header)}"
     wait = server.limiter.take(key)
     if wait:
         raise ApiError("rate_limited", f"too many requests; retry after {wait} s",
@@ -140,13 +150,17 @@ async def strict_query(request: Request) -> None:
 
 
 async def session_for(server: ServerState, principal: Principal, session_id: str,
-                action: Action) -> SessionRecord:
+                      action: Action, *, since: float | None = None) -> SessionRecord:
     """The session, if the access rules and hooks allow ``action`` on it.
 
     Not allowed and not visible (unknown, unloadable, or foreign): 404, so a
     refusal never reveals a foreign session. Visible but not allowed: 403.
+    The record reflects every change announced before the request arrived, or
+    before ``since`` (``time.monotonic()``, for a stream's later looks).
     """
-    record = await server.sessions.load(session_id)
+    if since is not None:
+        await server.changes.settle(since)
+    record = await server.sessions.cached(session_id)
     decision = authorize(principal, action, record, server.settings.hooks)
     if decision.error is not None:
         logger.warning("flowmem: %s; denying %s", decision.error, action.value)
@@ -205,17 +219,18 @@ async def history_page(server: ServerState, scope: str, key: str, context: Execu
 
 async def append_and_echo(server: ServerState, scope: str, key: str, messages: list[dict[str, Any]],
                           context: ExecutionContext, window: int | None,
-                          idempotency_key: str | None = None,
+                          idempotency_key: str | None = None, *, echo: bool = True,
                           ) -> tuple[ScopedAppendResult, dict[str, Any]]:
     """Check the limits, append through ``AsyncMemory`` (MEM-1..14), and echo the newest
-    messages — none under a refusal, which has already logged its one warning (MEM-7).
+    messages — none under a refusal, which has already logged its one warning (MEM-7),
+    nor without ``echo`` (``Prefer: return=minimal``, :mod:`.prefer`: no second read).
     ``idempotency_key`` makes a retry replay the first outcome (:mod:`.idempotency`)."""
     check_messages(messages, server.settings.limits)
     result = await server.memory.append(scope, key, messages, context=context,
                                         max_messages=window, idempotency_key=idempotency_key)
-    echo: dict[str, Any] = {**result.to_dict(), "messages": [], "before": None}
-    if not result.refused:
+    answer: dict[str, Any] = {**result.to_dict(), "messages": [], "before": None}
+    if echo and not result.refused:
         page = await server.memory.history(scope, key, context=context,
                                            last=server.settings.echo)
-        echo.update(messages=positioned(page), before=page.before)
-    return result, echo
+        answer.update(messages=positioned(page), before=page.before)
+    return result, answer

@@ -143,7 +143,8 @@ class BodyGate:
                                f"the body is larger than {self.limits.max_body_bytes} bytes")
             return
         try:
-            body = await asyncio.wait_for(self._read(receive), self.read_timeout)
+            async with asyncio.timeout(self.read_timeout):  # no task per request (wait_for)
+                body = await self._read(receive)
         except TimeoutError:
             await self._refuse(scope, receive, send, "body_not_json",
                                f"the body did not arrive within {self.read_timeout:g} s")

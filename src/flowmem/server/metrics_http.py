@@ -54,11 +54,17 @@ class HttpMetrics:
                                  "Seconds from the request to the response head, by route "
                                  "template", ["route", "method"], buckets=BUCKETS,
                                  registry=registry)
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         """One answered request."""
-        self.requests.labels(route, method, str(status)).inc()
-        self.latency.labels(route, method).observe(seconds)
+        children = self._children.get((route, method, status))
+        if children is None:  # a label set is looked up once, then kept (the set is small)
+            children = (self.requests.labels(route, method, str(status)),
+                        self.latency.labels(route, method))
+            self._children[(route, method, status)] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
 
 def _flatten(routes: list[Any], into: list[Any]) -> list[Any]:
@@ -84,6 +90,33 @@ def route_template(routes: list[Any], scope: Scope) -> str:
     return partial or UNMATCHED
 
 
+class _Templates:
+    """:func:`route_template` by each route's own path pattern and methods, without the
+    framework's per-route matching machinery (a route without them is asked itself)."""
+
+    def __init__(self, routes: list[Any]) -> None:
+        self.rows = [(getattr(r, "path_regex", None), getattr(r, "methods", None),
+                      str(getattr(r, "path", UNMATCHED)), r) for r in routes]
+
+    def of(self, scope: Scope) -> str:
+        path, root = scope["path"], scope.get("root_path", "")
+        if root and path.startswith(root):  # as starlette's routes see it
+            path = path[len(root):]
+        partial = None
+        for regex, methods, template, route in self.rows:
+            if regex is None or methods is None:
+                match, _ = route.matches(scope)
+            elif regex.match(path) is None:
+                continue
+            else:
+                match = Match.FULL if scope["method"] in methods else Match.PARTIAL
+            if match is Match.FULL:
+                return template
+            if match is Match.PARTIAL and partial is None:
+                partial = template
+        return partial or UNMATCHED
+
+
 class MetricsMiddleware:
     """ASGI middleware (outermost): count every answer, gate refusals included."""
 
@@ -91,16 +124,16 @@ class MetricsMiddleware:
         self.app = app
         self.owner = owner
         self.http = http
-        self._routes: list[Any] | None = None
+        self._templates: _Templates | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        if self._routes is None:  # the route list is final once the app serves
-            self._routes = _flatten(list(self.owner.router.routes), [])
-        route = route_template(self._routes, scope)
+        if self._templates is None:  # the route list is final once the app serves
+            self._templates = _Templates(_flatten(list(self.owner.router.routes), []))
+        route = self._templates.of(scope)
         method = str(scope.get("method", "GET"))
         seen = False
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final
 
@@ -56,10 +57,11 @@ Lifetime = Annotated[int | None, Query(description="Seconds the stream stays ope
                                                      "clamped to 0..3600 (default 300).")]
 
 
-async def _look(server: ServerState, principal: Principal,
-                session_id: str) -> tuple[str, list[int], list[dict[str, Any]], int]:
-    """The session's status and the newest entries of its transcript (raises ApiError)."""
-    record = await session_for(server, principal, session_id, Action.VIEW)
+async def _look(server: ServerState, principal: Principal, session_id: str,
+                since: float | None = None) -> tuple[str, list[int], list[dict[str, Any]], int]:
+    """The session's status and the newest entries of its transcript (raises ApiError);
+    ``since``: as :func:`~.deps.session_for` (a later look sees every change made before it)."""
+    record = await session_for(server, principal, session_id, Action.VIEW, since=since)
     page, total = await history_page(server, "session", TRANSCRIPT_KEY, session_context(record),
                                      limit=TAIL, offset=0, before=None)
     return record.status, list(page.positions), list(page.messages), total
@@ -89,7 +91,8 @@ async def _events(server: ServerState, principal: Principal, session_id: str,
         except TimeoutError:
             pass
         try:
-            now_status, positions, messages, count = await _look(server, principal, session_id)
+            now_status, positions, messages, count = await _look(server, principal, session_id,
+                                                                 since=time.monotonic())
         except ApiError:
             yield sse("end", {"reason": "gone"})
             return

@@ -48,6 +48,7 @@ from .models import (
     WriteBody,
     WriteOut,
 )
+from .prefer import PreferHeader, mark_minimal, wants_minimal
 from .responses import ApiError, AsciiJSONResponse, clamp_page, ok, paged
 
 __all__ = ["router"]
@@ -107,15 +108,19 @@ async def delete(body: ScopedBody, principal: Caller, server: Server,
 @router.post("/append", response_model=Ok[AppendOut],
              summary="Append to a conversation, MEM-1..14 (refused scope: 200, count 0)")
 async def append(body: AppendBody, principal: Caller, server: Server,
-                 idempotency: IdempotencyHeader = None) -> AsciiJSONResponse:
+                 idempotency: IdempotencyHeader = None,
+                 prefer: PreferHeader = None) -> AsciiJSONResponse:
     context = await memory_context(server, principal, body, Level.WRITE,
                                    erases=body.max_messages is not None)
     messages = incoming(body.messages, body.format)
     if body.scope in SHARED_SCOPES:
         messages = stamp(messages, principal)
+    minimal = wants_minimal(prefer)
     result, echo = await append_and_echo(server, body.scope, body.key, messages, context,
-                                         body.max_messages, memory_key(principal, idempotency))
-    return mark_replayed(ok({**_where(result), **echo}), result.replayed)
+                                         body.max_messages, memory_key(principal, idempotency),
+                                         echo=not minimal)
+    return mark_minimal(mark_replayed(ok({**_where(result), **echo}), result.replayed),
+                        minimal)
 
 
 @router.post("/history", response_model=Page[HistoryOut],

@@ -43,6 +43,7 @@ from .models import (
     TurnBody,
     TurnOut,
 )
+from .prefer import PreferHeader, mark_minimal, wants_minimal
 from .responses import ApiError, AsciiJSONResponse, clamp_page, ok, paged
 from .sessions import TRANSCRIPT_KEY, session_context
 
@@ -134,18 +135,20 @@ def _writable(record: SessionRecord) -> None:
 @router.post("/{session_id}/turns", response_model=Ok[TurnOut],
              summary="Drive: append a turn (owner or admin, MEM-9; MEM-1..14 semantics)")
 async def append_turn(session_id: str, body: TurnBody, principal: Identified, server: Server,
-                      idempotency: IdempotencyHeader = None) -> AsciiJSONResponse:
+                      idempotency: IdempotencyHeader = None,
+                      prefer: PreferHeader = None) -> AsciiJSONResponse:
     record = await session_for(server, principal, session_id, Action.DRIVE)
     if body.max_messages is not None:  # evicting session messages: admin only (MEM-15)
         await session_for(server, principal, session_id, Action.EDIT_MESSAGE)
     _writable(record)
     messages = incoming(body.messages, body.format)
+    minimal = wants_minimal(prefer)
     result, echo = await append_and_echo(server, "session", TRANSCRIPT_KEY, messages,
                                          session_context(record),
                                          body.max_messages or server.settings.session_window,
-                                         memory_key(principal, idempotency))
+                                         memory_key(principal, idempotency), echo=not minimal)
     await server.sessions.turn_finished(record)
-    return mark_replayed(ok(echo), result.replayed)
+    return mark_minimal(mark_replayed(ok(echo), result.replayed), minimal)
 
 
 @router.post("/{session_id}/stop", response_model=Ok[SessionOut],

@@ -14,9 +14,10 @@ and streams do not hold the service up.
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -34,8 +35,14 @@ KEEP_ALIVE: Final = 5
 LOOPBACK_HOSTS: Final = ("localhost", "127.0.0.1", "[::1]")
 
 
-class DeadlineProtocol(H11Protocol):
-    """uvicorn's h11 protocol, closing connections that send no request head in time."""
+if TYPE_CHECKING:
+    _Protocol = H11Protocol  # both of uvicorn's protocols have what the mixin uses
+else:
+    _Protocol = object
+
+
+class _Deadlines(_Protocol):
+    """Closes connections that send no request head in time (mixed into a uvicorn protocol)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -90,6 +97,25 @@ class DeadlineProtocol(H11Protocol):
             self.transport.close()
 
 
+class DeadlineProtocol(_Deadlines, H11Protocol):
+    """uvicorn's h11 protocol (pure Python), with the head deadline."""
+
+
+@functools.cache
+def protocol() -> type[asyncio.Protocol]:
+    """The HTTP protocol ``flowmem serve`` uses: uvicorn's httptools protocol (llhttp,
+    in C; the ``server`` extra installs it) with the head deadline, else h11's."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # pragma: no cover - httptools is in the server extra
+        return DeadlineProtocol
+
+    class FastDeadlineProtocol(_Deadlines, HttpToolsProtocol):  # type: ignore[misc]
+        """uvicorn's httptools protocol, with the head deadline."""
+
+    return FastDeadlineProtocol
+
+
 def allowed_hosts(host: str, extra: Iterable[str]) -> tuple[str, ...] | None:
     """The ``Host`` names to answer: bound to loopback, the loopback names plus
     ``extra``; elsewhere ``extra`` if given, else any (``None``)."""
@@ -112,5 +138,5 @@ def serve(memory: AsyncMemory, settings: Settings, *, host: str, port: int,
     backend's pool binds to that loop cannot be closed from anywhere else.
     """
     app = create_app(memory, settings, owns_memory=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, http=DeadlineProtocol,
+    uvicorn.run(app, host=host, port=port, log_level=log_level, http=protocol(),
                 timeout_keep_alive=KEEP_ALIVE, server_header=False)

@@ -14,8 +14,12 @@ A session's conversation is an ordinary GR-MEM conversation: scope
 ``session``, scope id the session id, key :data:`TRANSCRIPT_KEY`, appended
 through :meth:`flowmem.AsyncMemory.append` with the MEM-8 memory principal.
 Updates of a record are serialized by the store's per-key lock (behind an
-in-process lock per key, :class:`~.registry.KeyLocks`). Every
-method is a coroutine over an :class:`~flowmem.store.AsyncStore`.
+in-process lock per key, :class:`~.registry.KeyLocks`). A serving process
+keeps loaded records in memory (:meth:`SessionRegistry.cached`, :mod:`.changes`):
+an update through this registry replaces its entry at once, and a stop, reset,
+grant or revoke of view is announced to every other process
+(:func:`~.changes.announce`). Every method is a coroutine over an
+:class:`~flowmem.store.AsyncStore`.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from ..access import SESSION_STATUSES, SessionRecord, memory_principal
 from ..errors import KeyConflict, StoreBusy
 from ..scopes import ExecutionContext, StorageKey
 from ..store import AsyncStore
+from .changes import Changes, announce
 from .registry import RESERVED_SCOPE, KeyLocks, as_mapping, reserved
 
 __all__ = ["TRANSCRIPT_KEY", "SessionRegistry", "session_context"]
@@ -54,8 +59,9 @@ def session_context(session: SessionRecord, **ids: str | None) -> ExecutionConte
 class SessionRegistry:
     """Create, load, update and list sessions in a store."""
 
-    def __init__(self, store: AsyncStore) -> None:
+    def __init__(self, store: AsyncStore, changes: Changes | None = None) -> None:
         self.store = store
+        self.changes = changes
         self._locks = KeyLocks()
 
     async def create(self, owner: str | None, title: str) -> SessionRecord:
@@ -84,6 +90,21 @@ class SessionRegistry:
             loaded = dataclasses.replace(loaded, status=await self._legacy_status(loaded))
         return loaded
 
+    async def cached(self, session_id: str) -> SessionRecord | None:
+        """As :meth:`load`, from memory when this process may keep records (module notes)."""
+        changes = self.changes
+        if changes is None:
+            return await self.load(session_id)
+        await changes.settle()
+        kept: SessionRecord | None = changes.sessions.get(session_id)
+        if kept is not None:
+            return kept
+        epoch = changes.sessions.epoch
+        loaded = await self.load(session_id)
+        if loaded is not None:
+            changes.sessions.put(session_id, loaded, epoch)
+        return loaded
+
     async def _legacy_status(self, record: SessionRecord) -> str:
         """``active`` (the old spelling): ``completed`` if a turn was stored, else ``idle``."""
         transcript = StorageKey("session", record.id, TRANSCRIPT_KEY)
@@ -102,16 +123,28 @@ class SessionRegistry:
                 raise StoreBusy(f"session {session_id} stayed locked past {_LOCK_TIMEOUT}s")
             current = await self.load(session_id)
             if current is None:
+                self._keep(session_id, None)
                 return None
             changed = dataclasses.replace(change(current), updated_at=time.time())
-            await self._save(changed)
+            try:
+                await self._save(changed)
+            except BaseException:  # landed or not: keep nothing, the next use reads
+                self._keep(session_id, None)
+                raise
+            self._keep(session_id, changed)
             return changed
+
+    def _keep(self, session_id: str, record: SessionRecord | None) -> None:
+        if self.changes is not None:
+            self.changes.sessions.replace(session_id, record)
 
     async def set_status(self, session_id: str, status: str) -> SessionRecord | None:
         """Set the session's status (one of :data:`~flowmem.access.SESSION_STATUSES`)."""
         if status not in SESSION_STATUSES:
             raise ValueError(f"unknown session status {status!r}")
-        return await self.update(session_id, lambda r: dataclasses.replace(r, status=status))
+        updated = await self.update(session_id, lambda r: dataclasses.replace(r, status=status))
+        await announce(self.store)
+        return updated
 
     async def turn_finished(self, record: SessionRecord) -> SessionRecord:
         """After a turn: an ``idle`` session becomes ``completed`` (STORE-12)."""
@@ -126,6 +159,7 @@ class SessionRegistry:
             r, viewers=r.viewers | {viewer}))
         if updated is not None:
             await self.store.write(reserved(f"viewer/{viewer}", session_id), True)
+        await announce(self.store)
         return updated
 
     async def revoke(self, session_id: str, viewer: str) -> SessionRecord | None:
@@ -134,6 +168,7 @@ class SessionRegistry:
             r, viewers=r.viewers - {viewer}))
         if updated is not None:
             await self.store.delete(reserved(f"viewer/{viewer}", session_id))
+        await announce(self.store)
         return updated
 
     async def listing(self, user_id: str, relation: str, *, offset: int,

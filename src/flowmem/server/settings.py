@@ -28,7 +28,9 @@ class Settings:
     do on the shared scopes (``None``: nothing — every ``/v1`` route then
     needs a token). ``rate_limit`` requests a second per token on average,
     in bursts of ``burst`` (``0``: no limit). ``metrics_public``: ``GET /metrics``
-    answers without a token (else it needs an admin token).
+    answers without a token (else it needs an admin token). ``fast_turns``: a
+    well-formed append turn is served without FastAPI's per-request plumbing
+    (:mod:`.fastpath`; the same functions, the same answers).
     """
 
     limits: Limits = field(default_factory=Limits)
@@ -43,3 +45,4 @@ class Settings:
     rate_limit: float = 50.0
     burst: int = 100
     metrics_public: bool = False
+    fast_turns: bool = True

@@ -1,0 +1,53 @@
+-- wrk script for bench/http_wrk.py: every wrk thread is ONE client with ONE
+-- keep-alive connection (run with -t N -c N) appending user turns to its own
+-- session. The sessions and the token come in the environment:
+--   FLOWMEM_TOKEN, FLOWMEM_SESSIONS (comma-separated ids, one per thread),
+--   FLOWMEM_PREFER (optional Prefer header value, e.g. "return=minimal").
+-- done() prints one JSON line: requests, errors, non-2xx, latency percentiles (us).
+
+local sessions = {}
+for sid in string.gmatch(os.getenv("FLOWMEM_SESSIONS") or "", "[^,]+") do
+  sessions[#sessions + 1] = sid
+end
+local token = os.getenv("FLOWMEM_TOKEN") or ""
+local prefer = os.getenv("FLOWMEM_PREFER") or ""
+local threads = {}
+local counter = 0
+
+function setup(thread)
+  counter = counter + 1
+  thread:set("sid", sessions[((counter - 1) % #sessions) + 1])
+  table.insert(threads, thread)
+end
+
+function init(args)
+  n = 0
+  non2xx = 0
+  path = "/v1/sessions/" .. sid .. "/turns"
+  wrk.headers["Authorization"] = "Bearer " .. token
+  wrk.headers["Content-Type"] = "application/json"
+  if prefer ~= "" then wrk.headers["Prefer"] = prefer end
+end
+
+function request()
+  n = n + 1
+  local body = '{"messages":[{"role":"user","content":"message ' .. n .. '"}]}'
+  return wrk.format("POST", path, nil, body)
+end
+
+function response(status, headers, body)
+  if status ~= 200 then non2xx = non2xx + 1 end
+end
+
+function done(summary, latency, requests)
+  local bad = 0
+  for _, thread in ipairs(threads) do bad = bad + (thread:get("non2xx") or 0) end
+  local e = summary.errors
+  io.write(string.format(
+    '{"requests":%d,"duration_us":%d,"non2xx":%d,"errors":%d,' ..
+    '"p50_us":%d,"p90_us":%d,"p99_us":%d,"max_us":%d,"mean_us":%.1f}\n',
+    summary.requests, summary.duration, bad,
+    e.connect + e.read + e.write + e.status + e.timeout,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99),
+    latency.max, latency.mean))
+end
