@@ -80,16 +80,15 @@ SQL programs (:mod:`flowmem.stores.sql`) and the same first round trip
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import replace
 from typing import Any
 
 from ..errors import InvalidStoreURL, MissingDependency, StoreError, StoreUnavailable
 
 try:
     import psycopg
-    from psycopg import errors as pg_errors
     from psycopg_pool import ConnectionPool
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency(exc.name or "psycopg", "postgres") from exc
@@ -98,23 +97,23 @@ from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
 from .postgres_common import (
+    COMMIT,
     EDIT_LOCK_TIMEOUT,
     MIGRATION_TIMEOUT,
     SQL,
     WRITE_LOCK_TIMEOUT,
+    Begin,
     PostgresOptions,
     advisory_key,
-    begin_statement,
+    begin,
     broken,
     connect_kwargs,
-    lock_fallback_statement,
     mapped,
-    pg,
-    row_wait_statement,
+    query,
 )
 from .postgres_schema import MIGRATIONS, migrate, quoted_schema, stored_version
 from .postgres_watchdog import Deadline, arm, disarm
-from .sql import Execute, Program, T, drive, encode
+from .sql_program import Batch, Program, Rows, Statement, T, drive, encode
 
 __all__ = ["PostgresStore", "advisory_key", "setup"]
 
@@ -123,12 +122,17 @@ Connection = psycopg.Connection[Row]
 Cursor = psycopg.Cursor[Row]
 
 
-def _executor(cur: Cursor) -> Execute:
-    def run(statement: str, params: Sequence[Any]) -> list[Row]:
-        cur.execute(pg(statement), tuple(params))
-        return cur.fetchall() if cur.description is not None else []
-
-    return run
+def _send(conn: Connection, statements: Sequence[Statement],
+          head: Begin | None = None) -> list[Rows]:
+    """Run ``head`` and ``statements`` in one round trip; the rows of each."""
+    sql, params = query(statements, head)
+    cur = psycopg.ClientCursor(conn)
+    cur.execute(sql, params)
+    rows: list[Rows] = []
+    while True:
+        rows.append(cur.fetchall() if cur.description is not None else [])
+        if not cur.nextset():
+            return rows
 
 
 def setup(options: PostgresOptions) -> None:
@@ -188,38 +192,14 @@ class PostgresStore:
         return store
 
     # -- transactions ---------------------------------------------------------------
-    def _begin(self, cur: Cursor, read_only: bool,
-               lock: tuple[StorageKey, float] | None) -> bool:
-        """The first round trip; whether the MEM-12 lock was had."""
-        held = None if lock is None else (advisory_key(self.schema, lock[0]), lock[1])
-        seconds = self._options.statement_timeout
-        began = time.monotonic()
-        try:
-            cur.execute(begin_statement(self._ident, read_only, held, seconds))
-        except pg_errors.LockNotAvailable:
-            cur.execute(lock_fallback_statement(seconds))
-            return False
-        if held is None:
-            return True
-        if held[1] > 0:
-            shorter = row_wait_statement(held[1], time.monotonic() - began)
-            if shorter is not None:  # the lock came late: the row gets what is left
-                cur.execute(shorter)
-            return True
-        while cur.nextset():
-            pass
-        row = cur.fetchone()
-        return bool(row and row[0])
-
-    def _open(self, read_only: bool, lock: tuple[StorageKey, float] | None,
-              ) -> tuple[Connection, Deadline | None, bool]:
-        """A pooled connection, its deadline armed and its transaction begun.
+    def _connect(self, tx: _Transaction, statements: Sequence[Statement]) -> list[Rows]:
+        """A pooled connection for ``tx``, its deadline armed, and the first round trip.
 
         A pooled connection found dead on the first round trip (a restart, a
         proxy closing idle connections: nothing was done) is replaced, at most
-        once per pooled connection; one the deadline cut is not.
+        once per pooled connection; one the deadline cut is not, nor one that
+        was sent a ``COMMIT``.
         """
-        budget = self._options.budget(None if lock is None else lock[1])
         for attempt in range(self._options.pool_max + 1):
             try:
                 conn = self._pool.getconn()
@@ -227,17 +207,20 @@ class PostgresStore:
                 raise mapped(exc) from exc
             deadline: Deadline | None = None
             try:
-                deadline = arm(conn, budget)
-                return conn, deadline, self._begin(conn.cursor(), read_only, lock)
+                deadline = arm(conn, tx.budget)
+                rows = tx.first(conn, statements)
             except BaseException as exc:
                 lost = broken(conn)
                 timed_out = self._give_back(conn, deadline, failed=True)
                 if (lost and timed_out is None and isinstance(exc, psycopg.Error)
-                        and attempt < self._options.pool_max):
+                        and not tx.committing and attempt < self._options.pool_max):
                     continue
                 if isinstance(exc, psycopg.Error):
-                    raise mapped(exc, lost=lost, timed_out=timed_out) from exc
+                    raise mapped(exc, lost=lost, committing=tx.committing and lost,
+                                 timed_out=timed_out) from exc
                 raise
+            tx.conn, tx.deadline = conn, deadline
+            return rows
         raise AssertionError("unreachable")
 
     def _give_back(self, conn: Connection, deadline: Deadline | None, *,
@@ -261,39 +244,30 @@ class PostgresStore:
         return deadline.seconds if deadline is not None and deadline.fired else None
 
     @contextmanager
-    def _transaction(self, *, read_only: bool = False, lock: tuple[StorageKey, float] | None = None,
-                     holding: bool = False) -> Iterator[tuple[Execute, bool]]:
-        """One transaction under the operation's deadline; ``holding``: the caller's block
-        runs inside it (the deadline is then off while the block runs)."""
-        conn, deadline, serialized = self._open(read_only, lock)
-        committing = False
+    def _transaction(self, *, read_only: bool = False,
+                     lock: tuple[StorageKey, float] | None = None) -> Iterator[_Transaction]:
+        """One transaction under the operation's deadline, committed when the block ends
+        (unless a final batch carried the ``COMMIT``)."""
+        tx = _Transaction(self, read_only, lock)
         try:
-            cur = conn.cursor()
-            if holding:
-                disarm(deadline)
-                deadline = None
-                try:
-                    yield _executor(cur), serialized
-                finally:
-                    with suppress(psycopg.Error):  # a lost connection fails at COMMIT
-                        deadline = arm(conn, self._options.budget(None))
-            else:
-                yield _executor(cur), serialized
-            committing = True
-            cur.execute("COMMIT")
+            yield tx
+            tx.commit()
         except BaseException as exc:
-            lost = broken(conn)
-            timed_out = self._give_back(conn, deadline, failed=True)
+            if tx.conn is None:  # never opened, or already given back by _connect
+                raise
+            lost = broken(tx.conn)
+            timed_out = self._give_back(tx.conn, tx.deadline, failed=True)
             if isinstance(exc, psycopg.Error):
-                raise mapped(exc, lost=lost, committing=committing,
+                raise mapped(exc, lost=lost, committing=tx.committing and lost,
                              timed_out=timed_out) from exc
             raise
-        self._give_back(conn, deadline, failed=False)
+        assert tx.conn is not None
+        self._give_back(tx.conn, tx.deadline, failed=False)
 
     def _run(self, program: Program[T], *, read_only: bool = False,
              lock: tuple[StorageKey, float] | None = None) -> T:
-        with self._transaction(read_only=read_only, lock=lock) as (run, _):
-            return drive(program, run)
+        with self._transaction(read_only=read_only, lock=lock) as tx:
+            return drive(program, tx.execute, tx.batch)
 
     # -- the Store protocol ------------------------------------------------------
     def read(self, key: StorageKey) -> tuple[bool, Any]:
@@ -309,9 +283,11 @@ class PostgresStore:
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
                idempotency: Idempotency | None = None) -> AppendOutcome:
-        with self._transaction(lock=(key, lock_timeout)) as (run, serialized):
-            program = SQL.append(key, incoming, max_messages, serialized, idempotency)
-            return drive(program, run)
+        with self._transaction(lock=(key, lock_timeout)) as tx:
+            # MEM-12: whether the lock was had is known once the first step ran
+            program = SQL.append(key, incoming, max_messages, True, idempotency)
+            outcome = drive(program, tx.execute, tx.batch)
+        return outcome if tx.serialized else replace(outcome, serialized=False)
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:
@@ -330,8 +306,62 @@ class PostgresStore:
 
     @contextmanager
     def _hold(self, key: StorageKey, timeout: float) -> Iterator[bool]:
-        with self._transaction(lock=(key, timeout), holding=True) as (_, serialized):
-            yield serialized
+        with self._transaction(lock=(key, timeout)) as tx:
+            tx.batch(Batch(()))
+            disarm(tx.deadline)  # the caller's block is not bounded by the deadline
+            tx.deadline = None
+            try:
+                yield tx.serialized
+            finally:
+                with suppress(psycopg.Error):  # a lost connection fails at COMMIT
+                    tx.deadline = arm(tx.conn, self._options.budget(None))
 
     def close(self) -> None:
         self._pool.close()
+
+
+class _Transaction:
+    """One transaction of a :class:`PostgresStore`, opened by its first round trip.
+
+    That round trip carries ``BEGIN``, the settings and the MEM-12 lock
+    (:func:`~flowmem.stores.postgres_common.begin`) with the program's first
+    step; a final :class:`~flowmem.stores.sql_program.Batch` carries the
+    ``COMMIT``. Each step is one round trip.
+    """
+
+    def __init__(self, store: PostgresStore, read_only: bool,
+                 lock: tuple[StorageKey, float] | None) -> None:
+        options = store._options
+        held = None if lock is None else (advisory_key(store.schema, lock[0]), lock[1])
+        self.store = store
+        self.begin = begin(store._ident, read_only, held, options.statement_timeout)
+        self.budget = options.budget(None if lock is None else lock[1])
+        self.conn: Connection | None = None
+        self.deadline: Deadline | None = None
+        self.serialized = True
+        self.committing = False
+        self.committed = False
+
+    def execute(self, sql: str, params: Sequence[Any]) -> Rows:
+        return self.batch(Batch(((sql, params),)))[0]
+
+    def batch(self, batch: Batch) -> list[Rows]:
+        statements = (*batch.statements, COMMIT) if batch.final else batch.statements
+        self.committing = batch.final
+        if self.conn is None:
+            rows = self.store._connect(self, statements)
+        else:
+            rows = _send(self.conn, statements)
+        self.committed = batch.final
+        return rows[:len(batch.statements)]
+
+    def first(self, conn: Connection, statements: Sequence[Statement]) -> list[Rows]:
+        """The first round trip on ``conn``: :attr:`begin`, then ``statements``."""
+        rows = _send(conn, statements, self.begin)
+        if self.begin.locks:  # MEM-12: whether the lock was had (else on unserialized)
+            self.serialized = bool(rows[self.begin.count - 1][0][0])
+        return rows[self.begin.count:]
+
+    def commit(self) -> None:
+        if not self.committed:
+            self.batch(Batch((), final=True))

@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
@@ -49,24 +50,25 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("psycopg_pool", "postgres") from exc
 
 from .sql import SQLConversations
+from .sql_program import Statement
 
 __all__ = [
+    "COMMIT",
     "EDIT_LOCK_TIMEOUT",
     "LIBPQ_DEFAULTS",
     "MIGRATION_TIMEOUT",
     "ROW_LOCK_GRACE",
-    "SAVEPOINT",
     "SQL",
     "WRITE_LOCK_TIMEOUT",
+    "Begin",
     "PostgresOptions",
     "advisory_key",
-    "begin_statement",
+    "begin",
     "broken",
     "connect_kwargs",
-    "lock_fallback_statement",
     "mapped",
     "pg",
-    "row_wait_statement",
+    "query",
 ]
 
 OPTIONS: Final = ("schema", "pool_min", "pool_max", "pool_timeout", "statement_timeout")
@@ -87,7 +89,6 @@ LIBPQ_DEFAULTS: Final = {
 }
 """libpq connection parameters flowmem sets when neither the URL nor the
 environment (``PGCONNECT_TIMEOUT``) gives them."""
-SAVEPOINT: Final = "flowmem_mem12"
 SQL: Final = SQLConversations(lock_row=" FOR UPDATE")
 _MAX_TIMEOUT_MS: Final = 2**31 - 1
 _UNAVAILABLE_STATES: Final = ("57P01", "57P02", "57P03")  # shutdown, crash, cannot connect now
@@ -187,60 +188,91 @@ def _statement_ms(seconds: float) -> int:
     return 0 if seconds == 0 else _timeout_ms(seconds)
 
 
-def begin_statement(schema_ident: str, read_only: bool, lock: tuple[int, float] | None,
-                    statement_timeout: float) -> str:
-    """The first round trip: BEGIN, the search path, the statement timeout and, for a
-    writer, the MEM-12 lock.
+COMMIT: Final[Statement] = ("COMMIT", ())
 
-    With a lock and a positive timeout the lock is taken under ``lock_timeout``
-    after a savepoint, and ``lock_timeout`` stays for the conversation's row
-    (shortened by :func:`row_wait_statement` when the lock came late). On
-    :class:`psycopg.errors.LockNotAvailable` the caller runs
-    :func:`lock_fallback_statement` and goes ahead unserialized. With a
-    timeout ≤ 0 the statement tries the lock once and returns whether it was
-    had. The statement timeout is set after the lock wait, which
-    ``lock_timeout`` bounds (else it would cut a long MEM-12 wait short).
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """The statements that open a transaction (``sql``, ``count`` of them), sent in one
+    round trip with the transaction's first step. ``locks``: the last one's row says
+    whether the MEM-12 lock is held."""
+
+    sql: str
+    count: int
+    locks: bool = False
+
+
+def begin(schema_ident: str, read_only: bool, lock: tuple[int, float] | None,
+          statement_timeout: float) -> Begin:
+    """BEGIN, the search path, the statement timeout and, for a writer, the MEM-12 lock.
+
+    With a positive timeout the lock is waited for under ``lock_timeout`` in a
+    ``DO`` block that catches exactly the lock-timeout error
+    (``lock_not_available``): the block's subtransaction is rolled back and the
+    writer goes ahead unserialized, its wait for the conversation's row cut to
+    :data:`ROW_LOCK_GRACE`. When the lock was had, the block leaves the row what
+    is left of ``timeout`` — all of it when the lock came within the grace, else
+    at least the grace — worked out by the server from the time the lock took,
+    so the two waits together stay within ``timeout`` + :data:`ROW_LOCK_GRACE`
+    with no round trip in between. Then the statement timeout is set (after the
+    lock wait: it would cut a long MEM-12 wait short). With a timeout ≤ 0 the
+    lock is tried once. Either way the last statement,
+    ``pg_try_advisory_xact_lock`` (re-entrant: true when the lock is already
+    this transaction's), says whether the lock is held.
     """
     if lock is None:
-        return _begin_parts(schema_ident, read_only, None, statement_timeout)[0]
-    head, tail = _begin_parts(schema_ident, read_only, lock[1], statement_timeout)
-    return f"{head}'{lock[0]}'::bigint{tail}"
+        return _plain(schema_ident, read_only, statement_timeout)
+    key, timeout = lock
+    parts, count = _locking(schema_ident, timeout, statement_timeout)
+    return Begin(f"'{key}'::bigint".join(parts), count, locks=True)
+
+
+def _settings(schema_ident: str, read_only: bool) -> list[str]:
+    mode = "REPEATABLE READ READ ONLY" if read_only else "READ COMMITTED"
+    return [f"BEGIN ISOLATION LEVEL {mode}", f"SET LOCAL search_path TO {schema_ident}"]
+
+
+@lru_cache(maxsize=64)
+def _plain(schema_ident: str, read_only: bool, statement_timeout: float) -> Begin:
+    statements = [*_settings(schema_ident, read_only),
+                  f"SET LOCAL statement_timeout = {_statement_ms(statement_timeout)}"]
+    return Begin("; ".join(statements), len(statements))
 
 
 @lru_cache(maxsize=256)
-def _begin_parts(schema_ident: str, read_only: bool, timeout: float | None,
-                 statement_timeout: float) -> tuple[str, str]:
-    """:func:`begin_statement` around the lock id (the rest is the same for every key)."""
-    mode = "REPEATABLE READ READ ONLY" if read_only else "READ COMMITTED"
-    head = f"BEGIN ISOLATION LEVEL {mode}; SET LOCAL search_path TO {schema_ident}"
-    statement = f"SET LOCAL statement_timeout = {_statement_ms(statement_timeout)}"
-    if timeout is None:
-        return f"{head}; {statement}", ""
+def _locking(schema_ident: str, timeout: float,
+             statement_timeout: float) -> tuple[tuple[str, ...], int]:
+    """:func:`begin`'s statements for a writer, split where the lock id goes."""
     grace = _timeout_ms(ROW_LOCK_GRACE)
+    statement = f"SET LOCAL statement_timeout = {_statement_ms(statement_timeout)}"
+    statements = _settings(schema_ident, False)
     if timeout <= 0:
-        return (f"{head}; {statement}; SET LOCAL lock_timeout = {grace}; "
-                f"SELECT pg_try_advisory_xact_lock(", ")")
-    return (f"{head}; SET LOCAL lock_timeout = {_timeout_ms(timeout)}; SAVEPOINT {SAVEPOINT}; "
-            f"SELECT pg_advisory_xact_lock(",
-            f"), set_config('statement_timeout', '{_statement_ms(statement_timeout)}', true)")
+        statements += [statement, f"SET LOCAL lock_timeout = {grace}"]
+    else:
+        full = _timeout_ms(timeout)
+        statements += [
+            f"SET LOCAL lock_timeout = {full}",
+            "DO $flowmem$BEGIN PERFORM pg_advisory_xact_lock({key}); "
+            f"PERFORM set_config('lock_timeout', (CASE WHEN waited <= {grace} THEN {full} "
+            f"ELSE greatest({grace}, {full} - waited) END)::text, true) "
+            "FROM (SELECT (extract(epoch FROM clock_timestamp() - now()) * 1000)::bigint "
+            "AS waited) AS lock_wait; "
+            "EXCEPTION WHEN lock_not_available THEN "
+            f"PERFORM set_config('lock_timeout', '{grace}', true); END$flowmem$",
+            statement]
+    statements.append("SELECT pg_try_advisory_xact_lock({key})")
+    return tuple("; ".join(statements).split("{key}")), len(statements)
 
 
-def row_wait_statement(timeout: float, waited: float) -> str | None:
-    """After the MEM-12 lock was had in ``waited`` seconds: the statement that leaves the
-    row what is left of ``timeout`` (at least :data:`ROW_LOCK_GRACE`), or ``None`` when
-    the lock came within the grace (the row keeps ``timeout``). Either way the two
-    waits together stay within ``timeout`` + :data:`ROW_LOCK_GRACE`."""
-    if waited <= ROW_LOCK_GRACE:
-        return None
-    return f"SET LOCAL lock_timeout = {_timeout_ms(max(ROW_LOCK_GRACE, timeout - waited))}"
-
-
-def lock_fallback_statement(statement_timeout: float) -> str:
-    """After the lock wait timed out: back to the savepoint, then on unserialized
-    (MEM-12), still waiting at most :data:`ROW_LOCK_GRACE` for the conversation's row."""
-    return (f"ROLLBACK TO SAVEPOINT {SAVEPOINT}; "
-            f"SET LOCAL lock_timeout = {_timeout_ms(ROW_LOCK_GRACE)}; "
-            f"SET LOCAL statement_timeout = {_statement_ms(statement_timeout)}")
+def query(statements: Sequence[Statement], head: Begin | None = None) -> tuple[str, list[Any]]:
+    """``head`` and ``statements`` as ONE query string (``%s`` placeholders, bound by the
+    client) and its parameters: one round trip, whose result sets are the statements'
+    in order. PostgreSQL runs them one after the other, each under its own
+    ``statement_timeout`` and, in ``READ COMMITTED``, with its own snapshot, taken when
+    it starts (so a statement after a row lock sees what its holder committed)."""
+    sql = "; ".join([*([head.sql] if head is not None else []),
+                     *(pg(statement) for statement, _ in statements)])
+    return sql, [value for _, params in statements for value in params]
 
 
 def broken(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
