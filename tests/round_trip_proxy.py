@@ -14,6 +14,7 @@ Threads, not asyncio, so the proxy runs beside both faces of a store.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from types import TracebackType
@@ -76,10 +77,8 @@ class CountingProxy:
             pass
         finally:
             for sock in (source, sink):
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def count(self) -> int:
         """Round trips so far (all connections)."""

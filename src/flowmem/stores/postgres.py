@@ -2,8 +2,9 @@
 
 One row per message (see :mod:`flowmem.stores.sql`, whose statements this
 store runs unchanged); an append is one ``READ COMMITTED`` transaction of
-indexed statements. Tables live in a dedicated schema, created and upgraded
-by :func:`flowmem.stores.postgres_schema.migrate` when the store opens.
+indexed statements, in two round trips (below). Tables live in a dedicated
+schema, created and upgraded by :func:`flowmem.stores.postgres_schema.migrate`
+when the store opens.
 
 URL options (the rest of the query string goes to libpq, e.g. ``sslmode``)::
 
@@ -43,35 +44,47 @@ Bounds: every wait ends, with a typed error.
 - opening the store: ``connect_timeout``, then the same deadline for the
   schema check (300 s when migrations run).
 
+Round trips: every step of a program (a statement, or a
+:class:`~flowmem.stores.sql_program.Batch`) is ONE query string, its values
+bound by psycopg on the client (``ClientCursor``, as psycopg2 always did: a
+failed statement in the server's log, or ``pg_stat_activity``, shows them).
+The first step also carries ``BEGIN``, the search path, the timeouts and, for
+a writer, the MEM-12 lock; a final batch also carries ``COMMIT``. So the
+common append — an existing conversation, no window — is two round trips:
+the lock, the conversation's row ``FOR UPDATE`` and the planner's view; then
+the whole plan, the row's update and ``COMMIT``
+(:mod:`flowmem.stores.sql_apply`). A new conversation takes one more,
+healing one more per healed turn (MEM-3), the window a few more.
+
 Transaction pooling (pgbouncer ``pool_mode = transaction``) works: no
 statement is prepared (``prepare_threshold=None``) and no session state is
 set — the search path and the timeouts are ``SET LOCAL``, the MEM-12 lock is
-transaction-level. Each transaction starts with one round trip that carries
-``BEGIN``, the search path and, for an append, the lock.
+transaction-level.
 
-MEM-12: an append sets ``lock_timeout`` to its bounded wait, makes a
-savepoint and takes ``pg_advisory_xact_lock`` on a 64-bit hash of (schema,
-scope, scope id, key). Exactly the lock-timeout error
-(:class:`psycopg.errors.LockNotAvailable`) is caught: the transaction rolls
-back to the savepoint and the append goes ahead unserialized
-(``serialized=False``; :class:`~flowmem.Memory` logs the warning). The buffer
-row is then read ``FOR UPDATE``, so the fallback is still atomic — it may
-interleave with a serialized append but never loses or doubles a turn; the
-(buffer, result id) unique key makes a doubled result impossible. The row
-wait stays bounded: ``lock_timeout`` stays set for it — whole when the
-advisory lock came within 0.5 s, else what is left of it, at least 0.5 s
-(one more short statement, only then); a fallback waits 0.5 s more for the
-row. A row held past that (by a transaction outside flowmem) is ``StoreBusy``. The
-lock is released at commit or rollback, and by the server when a client dies.
+MEM-12: an append sets ``lock_timeout`` to its bounded wait and takes
+``pg_advisory_xact_lock`` on a 64-bit hash of (schema, scope, scope id, key)
+in a ``DO`` block that catches exactly the lock-timeout error
+(``lock_not_available``): its subtransaction rolls back and the append goes
+ahead unserialized (``serialized=False``; :class:`~flowmem.Memory` logs the
+warning) — decided on the server, in the same round trip. The buffer row is
+then read ``FOR UPDATE``, so the fallback is still atomic — it may interleave
+with a serialized append but never loses or doubles a turn; the (buffer,
+result id) unique key makes a doubled result impossible. The row wait stays
+bounded: the block leaves ``lock_timeout`` for it — whole when the advisory
+lock came within 0.5 s, else what is left of it, at least 0.5 s; a fallback
+waits 0.5 s for the row. A row held past that (by a transaction outside
+flowmem) is ``StoreBusy``. The lock is released at commit or rollback, and by
+the server when a client dies.
 
 Failures: connection loss (or the server going away) raises
 :class:`~flowmem.errors.StoreUnavailable`, any other server error
 :class:`~flowmem.errors.StoreError`; the transaction is rolled back, so the
 buffer is as it was. If the connection is lost while ``COMMIT`` is in flight
-the outcome is unknown to the client and the error says so. A pooled
-connection found dead on the first round trip (nothing done yet but
-``BEGIN``) is replaced by another (at most ``pool_max`` times) before giving
-up; one cut by the client's deadline is not retried.
+— during an append's last round trip, which carries it — the outcome is
+unknown to the client and the error says so. A pooled connection found dead
+on the first round trip (nothing committed) is replaced by another (at most
+``pool_max`` times) before giving up; one cut by the client's deadline is not
+retried.
 
 The asyncio twin is :mod:`flowmem.stores.postgres_async`; both run the same
 SQL programs (:mod:`flowmem.stores.sql`) and the same first round trip

@@ -1,8 +1,9 @@
 """``postgresql://…`` for :class:`~flowmem.AsyncMemory`: psycopg's asyncio pool.
 
 The asyncio twin of :mod:`flowmem.stores.postgres`: the same URL, the same
-first round trip (BEGIN, search path, statement timeout and the MEM-12
-advisory lock under a ``lock_timeout``), the same SQL programs
+round trips (the first carries BEGIN, the search path, the timeouts and the
+MEM-12 advisory lock with the program's first step; a final batch carries
+COMMIT: two for the common append), the same SQL programs
 (:mod:`flowmem.stores.sql`), the same error mapping — only awaited. The
 schema is migrated when the store opens, on first use (``from_url`` needs
 no running loop).

@@ -1,6 +1,6 @@
 """What the blocking and the asyncio PostgreSQL stores share: the URL, the
-bounds of every wait, the MEM-12 lock id, the first round trip's statements
-and the error mapping.
+bounds of every wait, the MEM-12 lock id, the statements that open a
+transaction, how a step becomes one query string, and the error mapping.
 
 Only the I/O differs between :mod:`flowmem.stores.postgres` and
 :mod:`flowmem.stores.postgres_async`; the SQL of every operation is the
