@@ -11,8 +11,11 @@
    windowed append that evicts.
 2. **µs per append**: ``--rounds`` windows of ``--appends`` one-message
    appends (user / assistant call / tool result / assistant text, repeating)
-   to an existing conversation, straight to the server; wall and CPU
-   (``time.process_time``) per append, the median over the windows.
+   to an existing conversation, straight to the server (or through the proxy
+   adding ``--latency-ms`` to each round trip: a network); wall, client CPU
+   (``time.process_time``) and the server process's CPU (``/proc/PID/schedstat``
+   of the pooled connection's backend, when readable) per append, the median
+   over the windows.
 
 Only the Store protocol is used, so the same script measures another tree:
 ``PYTHONPATH=/path/to/other/src python bench/postgres_appends.py`` (A/B:
@@ -133,54 +136,89 @@ def round_trips(url: str) -> dict[str, dict[str, int]]:
     return counts
 
 
-def _window(append: Callable[[Sequence[Message]], Any], appends: int,
-            offset: int) -> tuple[float, float]:
-    wall, cpu = time.perf_counter(), time.process_time()
+def _backend(url: str, app: str) -> int | None:
+    """The server process of the store's one pooled connection (``application_name``)."""
+    try:
+        with psycopg.connect(url.split("?")[0], autocommit=True) as conn:
+            row = conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                               (app,)).fetchone()
+        return int(row[0]) if row else None
+    except psycopg.Error:
+        return None
+
+
+def _server_ns(pid: int | None) -> int:
+    """CPU time the server process ran so far, in ns (0 when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as stat:
+            return int(stat.read().split()[0])
+    except (OSError, ValueError):
+        return 0
+
+
+def _window(append: Callable[[Sequence[Message]], Any], appends: int, offset: int,
+            pid: int | None = None) -> tuple[float, float, float]:
+    wall, cpu, server = time.perf_counter(), time.process_time(), _server_ns(pid)
     for i in range(appends):
         append([_cycle(offset + i)])
     return ((time.perf_counter() - wall) / appends * 1e6,
-            (time.process_time() - cpu) / appends * 1e6)
+            (time.process_time() - cpu) / appends * 1e6,
+            (_server_ns(pid) - server) / appends / 1e3)
 
 
-def timings(url: str, appends: int, rounds: int) -> dict[str, dict[str, float]]:
-    """Median µs per one-message append (wall, CPU), per face."""
+def _medians(runs: list[tuple[float, float, float]]) -> dict[str, float]:
+    return {name: statistics.median(r[i] for r in runs)
+            for i, name in enumerate(("wall_us", "cpu_us", "server_cpu_us"))}
+
+
+def timings(url: str, appends: int, rounds: int,
+            latency: float = 0.0) -> dict[str, dict[str, float]]:
+    """Median µs per one-message append (wall, CPU), per face; with ``latency`` seconds
+    added to every round trip by a proxy."""
+    if latency:
+        parts = urlsplit(url)
+        with CountingProxy(parts.hostname or "127.0.0.1", parts.port or 5432,
+                           delay=latency) as proxy:
+            return timings(through(proxy, url), appends, rounds)
     out: dict[str, dict[str, float]] = {}
-    store = PostgresStore.from_url(f"{url}&pool_min=1&pool_max=1")
+    app = f"flowmem-bench-{uuid.uuid4().hex[:8]}"
+    store = PostgresStore.from_url(f"{url}&pool_min=1&pool_max=1&application_name={app}")
     try:
         key = _key("t")
         store.append(key, [_user("start")], max_messages=None, lock_timeout=LOCK)
+        pid = _backend(url, app)
 
         def append(messages: Sequence[Message]) -> Any:
             return store.append(key, messages, max_messages=None, lock_timeout=LOCK)
 
         _window(append, 40, 0)  # warm up
-        runs = [_window(append, appends, 40 + r * appends) for r in range(rounds)]
-        out["blocking"] = {"wall_us": statistics.median(r[0] for r in runs),
-                           "cpu_us": statistics.median(r[1] for r in runs)}
+        out["blocking"] = _medians([_window(append, appends, 40 + r * appends, pid)
+                                    for r in range(rounds)])
     finally:
         store.close()
 
-    async def run_async() -> list[tuple[float, float]]:
-        astore = AsyncPostgresStore.from_url(f"{url}&pool_min=1&pool_max=1")
+    async def run_async() -> list[tuple[float, float, float]]:
+        astore = AsyncPostgresStore.from_url(
+            f"{url}&pool_min=1&pool_max=1&application_name={app}-a")
         key = _key("t")
         try:
             await astore.append(key, [_user("start")], max_messages=None, lock_timeout=LOCK)
+            pid = _backend(url, f"{app}-a")
             results = []
             for r in range(rounds + 1):
-                wall, cpu = time.perf_counter(), time.process_time()
-                for i in range(appends if r else 40):
+                n = appends if r else 40
+                wall, cpu, server = time.perf_counter(), time.process_time(), _server_ns(pid)
+                for i in range(n):
                     await astore.append(key, [_cycle(r * appends + i)], max_messages=None,
                                         lock_timeout=LOCK)
-                n = appends if r else 40
                 results.append(((time.perf_counter() - wall) / n * 1e6,
-                                (time.process_time() - cpu) / n * 1e6))
+                                (time.process_time() - cpu) / n * 1e6,
+                                (_server_ns(pid) - server) / n / 1e3))
             return results[1:]
         finally:
             await astore.aclose()
 
-    runs = asyncio.run(run_async())
-    out["asyncio"] = {"wall_us": statistics.median(r[0] for r in runs),
-                      "cpu_us": statistics.median(r[1] for r in runs)}
+    out["asyncio"] = _medians(asyncio.run(run_async()))
     return out
 
 
@@ -189,13 +227,16 @@ def main() -> None:
     parser.add_argument("--url", default="postgresql://127.0.0.1:5432/test")
     parser.add_argument("--appends", type=int, default=400)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--latency-ms", type=float, default=0.0,
+                        help="time through a proxy adding this much to every round trip")
     parser.add_argument("--skip-round-trips", action="store_true")
     parser.add_argument("--json", action="store_true", help="one JSON line")
     args = parser.parse_args()
     schema = f"bench_pg_{uuid.uuid4().hex[:8]}"
     url = f"{args.url}{'&' if '?' in args.url else '?'}schema={schema}"
     try:
-        result: dict[str, Any] = {"timings": timings(url, args.appends, args.rounds)}
+        result: dict[str, Any] = {"timings": timings(url, args.appends, args.rounds,
+                                                     args.latency_ms / 1000)}
         if not args.skip_round_trips:
             result["round_trips"] = round_trips(url)
     finally:
@@ -205,8 +246,8 @@ def main() -> None:
         print(json.dumps(result))
         return
     for face, figures in result["timings"].items():
-        print(f"{face:9s} {figures['wall_us']:8.0f} µs wall  {figures['cpu_us']:8.0f} µs CPU"
-              " per one-message append")
+        print(f"{face:9s} {figures['wall_us']:8.0f} µs wall  {figures['cpu_us']:8.0f} µs client "
+              f"CPU  {figures['server_cpu_us']:6.0f} µs server CPU per one-message append")
     for name, faces in result.get("round_trips", {}).items():
         print(f"{name:34s} " + "  ".join(f"{f} {n}" for f, n in faces.items()))
 

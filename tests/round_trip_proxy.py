@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from types import TracebackType
 from urllib.parse import urlsplit, urlunsplit
 
@@ -31,10 +32,12 @@ class _Link:
 
 
 class CountingProxy:
-    """Listens on 127.0.0.1 (a free port) and forwards to ``host:port``."""
+    """Listens on 127.0.0.1 (a free port) and forwards to ``host:port``; ``delay``
+    seconds are added before each answer is forwarded (a network's round trip)."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, delay: float = 0.0) -> None:
         self.upstream = (host, port)
+        self.delay = delay
         self.round_trips = 0
         self._lock = threading.Lock()
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -72,6 +75,8 @@ class CountingProxy:
                     if from_client and not link.client_spoke_last:
                         self.round_trips += 1
                     link.client_spoke_last = from_client
+                if self.delay and not from_client:
+                    time.sleep(self.delay)
                 sink.sendall(data)
         except OSError:
             pass

@@ -62,19 +62,21 @@ set — the search path and the timeouts are ``SET LOCAL``, the MEM-12 lock is
 transaction-level.
 
 MEM-12: an append sets ``lock_timeout`` to its bounded wait and takes
-``pg_advisory_xact_lock`` on a 64-bit hash of (schema, scope, scope id, key)
-in a ``DO`` block that catches exactly the lock-timeout error
-(``lock_not_available``): its subtransaction rolls back and the append goes
-ahead unserialized (``serialized=False``; :class:`~flowmem.Memory` logs the
-warning) — decided on the server, in the same round trip. The buffer row is
-then read ``FOR UPDATE``, so the fallback is still atomic — it may interleave
-with a serialized append but never loses or doubles a turn; the (buffer,
-result id) unique key makes a doubled result impossible. The row wait stays
-bounded: the block leaves ``lock_timeout`` for it — whole when the advisory
-lock came within 0.5 s, else what is left of it, at least 0.5 s; a fallback
-waits 0.5 s for the row. A row held past that (by a transaction outside
-flowmem) is ``StoreBusy``. The lock is released at commit or rollback, and by
-the server when a client dies.
+``pg_advisory_xact_lock`` on a 64-bit hash of (schema, scope, scope id, key),
+then makes a savepoint that marks the lock had. Exactly the lock-timeout error
+(:class:`psycopg.errors.LockNotAvailable`) is caught: if the savepoint is not
+there (``ROLLBACK TO`` it fails), the lock's wait timed out, and the
+transaction starts over without the lock: the append goes ahead unserialized
+(``serialized=False``; :class:`~flowmem.Memory` logs the warning) — two more
+round trips, on that path only. The buffer row is then read ``FOR UPDATE``,
+so the fallback is still atomic — it may interleave with a serialized append
+but never loses or doubles a turn; the (buffer, result id) unique key makes a
+doubled result impossible. The row wait stays bounded: ``lock_timeout`` is
+left for it — whole when the advisory lock came within 0.5 s, else what is
+left of it, at least 0.5 s (worked out by the server, in the same round
+trip); a fallback waits 0.5 s for the row. A row held past that (by a
+transaction outside flowmem) is ``StoreBusy``. The lock is released at commit
+or rollback, and by the server when a client dies.
 
 Failures: connection loss (or the server going away) raises
 :class:`~flowmem.errors.StoreUnavailable`, any other server error
@@ -102,6 +104,7 @@ from ..errors import InvalidStoreURL, MissingDependency, StoreError, StoreUnavai
 
 try:
     import psycopg
+    from psycopg import errors as pg_errors
     from psycopg_pool import ConnectionPool
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency(exc.name or "psycopg", "postgres") from exc
@@ -113,6 +116,7 @@ from .postgres_common import (
     COMMIT,
     EDIT_LOCK_TIMEOUT,
     MIGRATION_TIMEOUT,
+    PROBE,
     SQL,
     WRITE_LOCK_TIMEOUT,
     Begin,
@@ -123,6 +127,7 @@ from .postgres_common import (
     connect_kwargs,
     mapped,
     query,
+    unserialized,
 )
 from .postgres_schema import MIGRATIONS, migrate, quoted_schema, stored_version
 from .postgres_watchdog import Deadline, arm, disarm
@@ -370,10 +375,22 @@ class _Transaction:
 
     def first(self, conn: Connection, statements: Sequence[Statement]) -> list[Rows]:
         """The first round trip on ``conn``: :attr:`begin`, then ``statements``."""
-        rows = _send(conn, statements, self.begin)
-        if self.begin.locks:  # MEM-12: whether the lock was had (else on unserialized)
-            self.serialized = bool(rows[self.begin.count - 1][0][0])
-        return rows[self.begin.count:]
+        opening = self.begin
+        try:
+            rows = _send(conn, statements, opening)
+        except pg_errors.LockNotAvailable:
+            if not opening.waits:
+                raise
+            try:
+                _send(conn, (PROBE,))
+            except pg_errors.InvalidSavepointSpecification:  # the MEM-12 wait timed out
+                self.serialized = False
+                opening = unserialized(self.store._ident, self.store._options.statement_timeout)
+                return (_send(conn, statements, opening))[opening.count:]
+            raise  # the lock was had, the row stayed locked: StoreBusy
+        if opening.tries:  # MEM-12: tried once; its row says whether it was had
+            self.serialized = bool(rows[opening.count - 1][0][0])
+        return rows[opening.count:]
 
     def commit(self) -> None:
         if not self.committed:

@@ -35,6 +35,7 @@ from ..errors import MissingDependency, StoreError
 
 try:
     import psycopg
+    from psycopg import errors as pg_errors
     from psycopg_pool import AsyncConnectionPool
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency(exc.name or "psycopg", "postgres") from exc
@@ -46,6 +47,7 @@ from .postgres import setup
 from .postgres_common import (
     COMMIT,
     EDIT_LOCK_TIMEOUT,
+    PROBE,
     SQL,
     WRITE_LOCK_TIMEOUT,
     Begin,
@@ -56,6 +58,7 @@ from .postgres_common import (
     connect_kwargs,
     mapped,
     query,
+    unserialized,
 )
 from .postgres_schema import quoted_schema
 from .postgres_watchdog import Deadline, arm, disarm
@@ -282,10 +285,22 @@ class _Transaction:
 
     async def first(self, conn: Connection, statements: Sequence[Statement]) -> list[Rows]:
         """The first round trip on ``conn``: :attr:`begin`, then ``statements``."""
-        rows = await _send(conn, statements, self.begin)
-        if self.begin.locks:  # MEM-12: whether the lock was had (else on unserialized)
-            self.serialized = bool(rows[self.begin.count - 1][0][0])
-        return rows[self.begin.count:]
+        opening = self.begin
+        try:
+            rows = await _send(conn, statements, opening)
+        except pg_errors.LockNotAvailable:
+            if not opening.waits:
+                raise
+            try:
+                await _send(conn, (PROBE,))
+            except pg_errors.InvalidSavepointSpecification:  # the MEM-12 wait timed out
+                self.serialized = False
+                opening = unserialized(self.store._ident, self.store._options.statement_timeout)
+                return (await _send(conn, statements, opening))[opening.count:]
+            raise  # the lock was had, the row stayed locked: StoreBusy
+        if opening.tries:  # MEM-12: tried once; its row says whether it was had
+            self.serialized = bool(rows[opening.count - 1][0][0])
+        return rows[opening.count:]
 
     async def commit(self) -> None:
         if not self.committed:

@@ -69,6 +69,7 @@ __all__ = [
     "mapped",
     "pg",
     "query",
+    "unserialized",
 ]
 
 OPTIONS: Final = ("schema", "pool_min", "pool_max", "pool_timeout", "statement_timeout")
@@ -78,6 +79,7 @@ ROW_LOCK_GRACE: Final = 0.5
 """Seconds a writer may still wait for the conversation's row once its MEM-12
 lock wait is spent (the lock came late, or the append runs unserialized)."""
 MIGRATION_TIMEOUT: Final = 300.0  # opening: the first start's or an upgrade's DDL
+SAVEPOINT: Final = "flowmem_mem12"
 ANSWER_MARGIN: Final = 1.0  # the client's deadline allows this much beyond the server's bounds
 LIBPQ_DEFAULTS: Final = {
     "connect_timeout": "5",
@@ -194,37 +196,45 @@ COMMIT: Final[Statement] = ("COMMIT", ())
 @dataclass(frozen=True, slots=True)
 class Begin:
     """The statements that open a transaction (``sql``, ``count`` of them), sent in one
-    round trip with the transaction's first step. ``locks``: the last one's row says
-    whether the MEM-12 lock is held."""
+    round trip with the transaction's first step.
+
+    ``tries``: the last one's row says whether the MEM-12 lock was had. ``waits``:
+    the lock is waited for; a :class:`psycopg.errors.LockNotAvailable` is then
+    either that wait timing out or the conversation's row staying locked —
+    :data:`PROBE` tells which.
+    """
 
     sql: str
     count: int
-    locks: bool = False
+    tries: bool = False
+    waits: bool = False
+
+
+PROBE: Final[Statement] = (f"ROLLBACK TO SAVEPOINT {SAVEPOINT}", ())
+"""After a lock-timeout error in a waiting :class:`Begin`: succeeds when the MEM-12 lock
+was had (the savepoint right after it exists: the row stayed locked), fails with
+:class:`psycopg.errors.InvalidSavepointSpecification` when the lock's wait timed out."""
 
 
 def begin(schema_ident: str, read_only: bool, lock: tuple[int, float] | None,
           statement_timeout: float) -> Begin:
     """BEGIN, the search path, the statement timeout and, for a writer, the MEM-12 lock.
 
-    With a positive timeout the lock is waited for under ``lock_timeout`` in a
-    ``DO`` block that catches exactly the lock-timeout error
-    (``lock_not_available``): the block's subtransaction is rolled back and the
-    writer goes ahead unserialized, its wait for the conversation's row cut to
-    :data:`ROW_LOCK_GRACE`. When the lock was had, the block leaves the row what
-    is left of ``timeout`` — all of it when the lock came within the grace, else
-    at least the grace — worked out by the server from the time the lock took,
-    so the two waits together stay within ``timeout`` + :data:`ROW_LOCK_GRACE`
-    with no round trip in between. Then the statement timeout is set (after the
-    lock wait: it would cut a long MEM-12 wait short). With a timeout ≤ 0 the
-    lock is tried once. Either way the last statement,
-    ``pg_try_advisory_xact_lock`` (re-entrant: true when the lock is already
-    this transaction's), says whether the lock is held.
+    With a positive timeout the lock is waited for under ``lock_timeout``, then a
+    savepoint marks it had (:data:`PROBE`), the statement timeout is set (after
+    the lock wait: it would cut a long MEM-12 wait short) and ``lock_timeout`` is
+    left for the conversation's row — all of it when the lock came within
+    :data:`ROW_LOCK_GRACE`, else what is left of it, at least the grace: worked
+    out by the server from the time the lock took, so the two waits together stay
+    within ``timeout`` + :data:`ROW_LOCK_GRACE` with no round trip in between.
+    When the lock's wait times out the caller starts over with
+    :func:`unserialized`. With a timeout ≤ 0 the lock is tried once.
     """
     if lock is None:
         return _plain(schema_ident, read_only, statement_timeout)
     key, timeout = lock
     parts, count = _locking(schema_ident, timeout, statement_timeout)
-    return Begin(f"'{key}'::bigint".join(parts), count, locks=True)
+    return Begin(f"'{key}'::bigint".join(parts), count, tries=timeout <= 0, waits=timeout > 0)
 
 
 def _settings(schema_ident: str, read_only: bool) -> list[str]:
@@ -239,6 +249,16 @@ def _plain(schema_ident: str, read_only: bool, statement_timeout: float) -> Begi
     return Begin("; ".join(statements), len(statements))
 
 
+@lru_cache(maxsize=64)
+def unserialized(schema_ident: str, statement_timeout: float) -> Begin:
+    """After the MEM-12 lock's wait timed out: the transaction over again, unserialized
+    (MEM-12), waiting at most :data:`ROW_LOCK_GRACE` for the conversation's row."""
+    statements = ["ROLLBACK", *_settings(schema_ident, False),
+                  f"SET LOCAL statement_timeout = {_statement_ms(statement_timeout)}",
+                  f"SET LOCAL lock_timeout = {_timeout_ms(ROW_LOCK_GRACE)}"]
+    return Begin("; ".join(statements), len(statements))
+
+
 @lru_cache(maxsize=256)
 def _locking(schema_ident: str, timeout: float,
              statement_timeout: float) -> tuple[tuple[str, ...], int]:
@@ -247,20 +267,19 @@ def _locking(schema_ident: str, timeout: float,
     statement = f"SET LOCAL statement_timeout = {_statement_ms(statement_timeout)}"
     statements = _settings(schema_ident, False)
     if timeout <= 0:
-        statements += [statement, f"SET LOCAL lock_timeout = {grace}"]
+        statements += [statement, f"SET LOCAL lock_timeout = {grace}",
+                       "SELECT pg_try_advisory_xact_lock({key})"]
     else:
         full = _timeout_ms(timeout)
         statements += [
             f"SET LOCAL lock_timeout = {full}",
-            "DO $flowmem$BEGIN PERFORM pg_advisory_xact_lock({key}); "
-            f"PERFORM set_config('lock_timeout', (CASE WHEN waited <= {grace} THEN {full} "
+            "SELECT pg_advisory_xact_lock({key})",
+            f"SAVEPOINT {SAVEPOINT}",
+            statement,
+            f"SELECT set_config('lock_timeout', (CASE WHEN waited <= {grace} THEN {full} "
             f"ELSE greatest({grace}, {full} - waited) END)::text, true) "
             "FROM (SELECT (extract(epoch FROM clock_timestamp() - now()) * 1000)::bigint "
-            "AS waited) AS lock_wait; "
-            "EXCEPTION WHEN lock_not_available THEN "
-            f"PERFORM set_config('lock_timeout', '{grace}', true); END$flowmem$",
-            statement]
-    statements.append("SELECT pg_try_advisory_xact_lock({key})")
+            "AS waited) AS lock_wait"]
     return tuple("; ".join(statements).split("{key}")), len(statements)
 
 
