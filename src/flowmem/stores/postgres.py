@@ -54,7 +54,7 @@ common append — an existing conversation, no window — is two round trips:
 the lock, the conversation's row ``FOR UPDATE`` and the planner's view; then
 the whole plan, the row's update and ``COMMIT``
 (:mod:`flowmem.stores.sql_apply`). A new conversation takes one more,
-healing one more per healed turn (MEM-3), the window a few more.
+healing one more per healed turn (MEM-3), a window that evicts one more.
 
 Transaction pooling (pgbouncer ``pool_mode = transaction``) works: no
 statement is prepared (``prepare_threshold=None``) and no session state is

@@ -22,9 +22,9 @@ invariant). The error aborts the transaction, so nothing of the append is
 stored.
 
 Healing (MEM-3) reads where each healed turn's block of results ends (one
-statement per healed turn, after the statements before it are sent) and the
-window reads what it evicts (:func:`evict`): extra round trips on those
-uncommon paths only.
+round trip per healed turn, after the statements before it are sent) and the
+window reads what it evicts (:func:`evict`: one round trip); the rest still
+goes with the last batch.
 """
 
 from __future__ import annotations
@@ -86,24 +86,24 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
             queued = yield from _heal(buffer_id, turn, op.call_ids)
             count += len(op.call_ids)
     if max_messages is not None and count > max_messages:
-        yield from _send(queued)
-        queued = []
-        count -= yield from evict(buffer_id, count - max_messages)
+        removed, queued = yield from evict(buffer_id, count - max_messages, queued)
+        count -= removed
     queued.append((_SAVE, (count, next_pos, buffer_id)))
     queued += then(count, appended)
     yield from _send(queued, final=True)
     return count, appended
 
 
-def _send(statements: list[Statement], *, final: bool = False) -> Program[None]:
+def _send(statements: list[Statement], *, final: bool = False) -> Program[list[Rows]]:
     """Run ``statements`` as one batch and check the rows the plan expects."""
     if not statements:
-        return
+        return []
     answers: list[Rows] = yield Batch(tuple(statements), final)
     for (sql, _), rows in zip(statements, answers, strict=True):
         if sql in _ROWS_EXPECTED and len(rows) != 1:
             raise StoreError("the stored conversation does not match the view its append "
                              "was planned on (a broken invariant); nothing was stored")
+    return answers
 
 
 def _add(buffer_id: int, pos: int, op: AddEntry) -> list[Statement]:
@@ -142,36 +142,52 @@ def _heal(buffer_id: int, turn: int, call_ids: Sequence[str]) -> Program[list[St
     return statements
 
 
-def evict(buffer_id: int, excess: int) -> Program[int]:
-    """The window, exactly as :mod:`flowmem.buffer` defines it; returns rows removed."""
-    cutoff = int((yield ("SELECT pos FROM messages WHERE buffer_id = ? ORDER BY pos "
-                         "LIMIT 1 OFFSET ?", (buffer_id, excess - 1)))[0][0])
-    affected_rows, declared_rows, _, _ = yield Batch((
-        ("SELECT result_id FROM messages WHERE buffer_id = ? AND pos <= ? "
-         "AND result_id IS NOT NULL", (buffer_id, cutoff)),
-        ("SELECT call_id FROM calls WHERE buffer_id = ? AND turn_pos <= ?", (buffer_id, cutoff)),
-        ("DELETE FROM messages WHERE buffer_id = ? AND pos <= ?", (buffer_id, cutoff)),
-        ("DELETE FROM calls WHERE buffer_id = ? AND turn_pos <= ?", (buffer_id, cutoff)),
-    ))
-    affected = {row[0] for row in affected_rows}
+def evict(buffer_id: int, excess: int,
+          before: list[Statement]) -> Program[tuple[int, list[Statement]]]:
+    """The window, exactly as :mod:`flowmem.buffer` defines it: sends ``before``, then
+    reads what the ``excess`` oldest entries take with them (one batch); returns how
+    many rows go and the statements that remove them (for the last batch)."""
+    cut = "(SELECT pos FROM messages WHERE buffer_id = ? ORDER BY pos LIMIT 1 OFFSET ?)"
+    at = (buffer_id, excess - 1)
+    evicted = f"(SELECT call_id FROM calls WHERE buffer_id = ? AND turn_pos <= {cut})"
+    answers = yield from _send([
+        *before,
+        (cut[1:-1], at),
+        (f"SELECT result_id FROM messages WHERE buffer_id = ? AND pos <= {cut} "
+         "AND result_id IS NOT NULL", (buffer_id, *at)),
+        (f"SELECT call_id FROM calls WHERE buffer_id = ? AND turn_pos <= {cut}",
+         (buffer_id, *at)),
+        (f"SELECT DISTINCT call_id FROM calls WHERE buffer_id = ? AND turn_pos > {cut} "
+         f"AND call_id IN {evicted}", (buffer_id, *at, buffer_id, *at)),
+        (f"SELECT result_id FROM messages WHERE buffer_id = ? AND pos > {cut} "
+         f"AND result_id IN {evicted}", (buffer_id, *at, buffer_id, *at)),
+    ])
+    cutoff_rows, affected_rows, declared_rows, kept_rows, results_rows = answers[-5:]
+    cutoff = int(cutoff_rows[0][0])
     declared = {row[0] for row in declared_rows}
-    removed = excess
-    for call in sorted(declared):
-        if not (yield ("SELECT 1 FROM calls WHERE buffer_id = ? AND call_id = ? LIMIT 1",
-                       (buffer_id, call))):
-            removed += len((yield ("DELETE FROM messages WHERE buffer_id = ? "
-                                   "AND result_id = ? RETURNING pos", (buffer_id, call))))
-    for call in sorted(affected | declared):
-        yield from _recompute_pending(buffer_id, call)
-    return removed
+    orphans = sorted(declared - {row[0] for row in kept_rows})  # no declaration is left
+    touched = sorted({row[0] for row in affected_rows} | declared)
+    statements: list[Statement] = [
+        ("DELETE FROM messages WHERE buffer_id = ? AND pos <= ?", (buffer_id, cutoff)),
+        ("DELETE FROM calls WHERE buffer_id = ? AND turn_pos <= ?", (buffer_id, cutoff))]
+    if orphans:
+        statements.append((f"DELETE FROM messages WHERE buffer_id = ? AND result_id IN "
+                            f"({_marks(orphans)})", (buffer_id, *orphans)))
+    if touched:  # each one's pending call again: its first declaration left, if unanswered
+        statements += [
+            (f"DELETE FROM pending WHERE buffer_id = ? AND call_id IN ({_marks(touched)})",
+             (buffer_id, *touched)),
+            ("INSERT INTO pending (buffer_id, call_id, turn_pos, ord) "
+             "SELECT c.buffer_id, c.call_id, c.turn_pos, c.ord FROM calls AS c "
+             f"WHERE c.buffer_id = ? AND c.call_id IN ({_marks(touched)}) "
+             "AND c.turn_pos = (SELECT min(turn_pos) FROM calls AS d "
+             "WHERE d.buffer_id = c.buffer_id AND d.call_id = c.call_id) "
+             "AND NOT EXISTS (SELECT 1 FROM messages AS m "
+             "WHERE m.buffer_id = c.buffer_id AND m.result_id = c.call_id)",
+             (buffer_id, *touched))]
+    orphaned = sum(1 for row in results_rows if row[0] in set(orphans))
+    return excess + orphaned, statements
 
 
-def _recompute_pending(buffer_id: int, call: str) -> Program[None]:
-    yield (_UNPEND, (buffer_id, call))
-    first = yield ("SELECT turn_pos, ord FROM calls WHERE buffer_id = ? AND call_id = ? "
-                   "ORDER BY turn_pos LIMIT 1", (buffer_id, call))
-    answered = yield ("SELECT 1 FROM messages WHERE buffer_id = ? AND result_id = ?",
-                      (buffer_id, call))
-    if first and not answered:
-        yield ("INSERT INTO pending (buffer_id, call_id, turn_pos, ord) VALUES (?, ?, ?, ?)",
-               (buffer_id, call, first[0][0], first[0][1]))
+def _marks(items: Sequence[object]) -> str:
+    return ", ".join("?" for _ in items)
