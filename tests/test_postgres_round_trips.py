@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,7 +31,7 @@ from flowmem.errors import StoreError
 from flowmem.messages import Message, canonical_messages
 from flowmem.plan import AddEntry, AppendPlan, ReplacePlaceholder
 from flowmem.scopes import StorageKey
-from flowmem.store import AppendOutcome
+from flowmem.store import AppendOutcome, Idempotency
 from flowmem.stores.postgres import PostgresStore
 from flowmem.stores.postgres_async import AsyncPostgresStore
 from flowmem.stores.sql import drive
@@ -76,11 +77,12 @@ class Counted:
 
     def append(self, key: StorageKey, incoming: list[Message],
                max_messages: int | None = None, lock_timeout: float = LOCK,
-               ) -> tuple[AppendOutcome, int]:
+               idempotency: Idempotency | None = None) -> tuple[AppendOutcome, int]:
         """The outcome and the round trips it took."""
         before = self.proxy.count()
         outcome = self._call("append", key, canonical_messages(incoming),
-                             max_messages=max_messages, lock_timeout=lock_timeout)
+                             max_messages=max_messages, lock_timeout=lock_timeout,
+                             idempotency=idempotency)
         return outcome, self.proxy.count() - before
 
     def history(self, key: StorageKey) -> list[Message]:
@@ -129,6 +131,18 @@ def test_common_append_takes_at_most_two_round_trips(counted: Counted) -> None:
     assert [m["role"] for m in history] == ["user", "user", "assistant", "tool", "assistant",
                                             "user", "assistant", "tool", "assistant"]
     assert outcome.appended == 0 and outcome.count == len(history)
+
+
+def test_idempotent_append_and_its_replay_take_two_round_trips(counted: Counted) -> None:
+    """The idempotency key is claimed with the first step, recorded with the last."""
+    key = fresh_key()
+    counted.append(key, [user("start")])
+    idem = Idempotency(f"k-{key.scope_id}", "fp", ttl=3600.0, now=time.time())
+    first, trips = counted.append(key, [user("once")], idempotency=idem)
+    assert (first.count, first.replayed, trips) == (2, False, 2)
+    again, trips = counted.append(key, [user("once")], idempotency=idem)
+    assert (again.count, again.replayed, trips) == (2, True, 2)
+    assert len(counted.history(key)) == 2
 
 
 def test_placeholder_replaced_in_two_round_trips(counted: Counted) -> None:

@@ -123,6 +123,16 @@ def view_from(rows: Rows) -> BufferView:
     return BufferView(results, declared, pending)
 
 
+def _resumed(program: Program[T], answer: Any) -> Program[T]:
+    """``program`` (whose first step was taken and answered by ``answer``), on from there."""
+    try:
+        step = program.send(answer)
+        while True:
+            step = program.send((yield step))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
 class SQLConversations:
     """The SQL programs of every store operation (sans-I/O: see the module notes).
 
@@ -179,11 +189,17 @@ class SQLConversations:
         """Plan (:func:`~flowmem.plan.plan_append`) against indexed look-ups, then apply
         (:func:`~flowmem.stores.sql_apply.apply_plan`: the last step, with the record of
         the idempotency key)."""
-        if idempotency is not None:
-            first = yield from self.claim(idempotency)
+        opened = self.open_and_view(key, incoming)
+        if idempotency is not None:  # the claim goes with the first step of opening
+            step = next(opened)
+            steps = step.statements if isinstance(step, Batch) else (step,)
+            claim, record, *answers = yield Batch((*self.claim_statements(idempotency), *steps))
+            first = self.claimed(idempotency, claim, record)
             if first is not None:
+                opened.close()
                 return AppendOutcome(first["count"], first["appended"], serialized, replayed=True)
-        buffer_id, count, next_pos, view = yield from self.open_and_view(key, incoming)
+            opened = _resumed(opened, answers if isinstance(step, Batch) else answers[0])
+        buffer_id, count, next_pos, view = yield from opened
         plan = plan_append(view, incoming)
 
         def then(count: int, appended: int) -> list[Statement]:
@@ -197,22 +213,31 @@ class SQLConversations:
 
     # -- idempotency keys (recorded in the transaction of the change they guard) ----
     @staticmethod
-    def claim(idempotency: Idempotency) -> Program[dict[str, Any] | None]:
-        """Claim the key for this transaction (``None``), or the first outcome recorded
-        under it. The claim is a row of the key's unique index: a concurrent repeat
-        waits for this transaction and then replays what it recorded."""
+    def claim_statements(idempotency: Idempotency) -> tuple[Statement, Statement]:
+        """Claim the key for this transaction, then read its record (see :meth:`claimed`).
+        The claim is a row of the key's unique index: a concurrent repeat waits for this
+        transaction and then replays what it recorded."""
         expires = idempotency.now + idempotency.ttl
-        claimed = yield (_CLAIM, (idempotency.key, idempotency.fingerprint, expires,
-                                  idempotency.now))
-        if claimed:
+        return ((_CLAIM, (idempotency.key, idempotency.fingerprint, expires, idempotency.now)),
+                ("SELECT fingerprint, outcome FROM idempotency WHERE ikey = ?",
+                 (idempotency.key,)))
+
+    @staticmethod
+    def claimed(idempotency: Idempotency, claim: Rows, record: Rows) -> dict[str, Any] | None:
+        """``None`` when :meth:`claim_statements` claimed the key, else the first outcome
+        recorded under it (:class:`~flowmem.errors.IdempotencyConflict` for another request)."""
+        if claim:
             return None
-        rows = yield ("SELECT fingerprint, outcome FROM idempotency WHERE ikey = ?",
-                      (idempotency.key,))
-        if rows[0][0] != idempotency.fingerprint or rows[0][1] is None:
+        if record[0][0] != idempotency.fingerprint or record[0][1] is None:
             raise IdempotencyConflict(f"idempotency key {idempotency.key!r} was used for a "
                                       "different request; a retry must repeat it exactly")
-        first: dict[str, Any] = decode(rows[0][1])
+        first: dict[str, Any] = decode(record[0][1])
         return first
+
+    def claim(self, idempotency: Idempotency) -> Program[dict[str, Any] | None]:
+        """:meth:`claim_statements` as one step; :meth:`claimed`'s answer."""
+        claim, record = yield Batch(self.claim_statements(idempotency))
+        return self.claimed(idempotency, claim, record)
 
     @staticmethod
     def record_statements(idempotency: Idempotency, outcome: dict[str, Any]) -> list[Statement]:
