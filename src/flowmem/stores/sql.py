@@ -54,6 +54,7 @@ from .sql_program import (
     decode,
     drive,
     encode,
+    resumed,
 )
 
 __all__ = [
@@ -123,16 +124,6 @@ def view_from(rows: Rows) -> BufferView:
     return BufferView(results, declared, pending)
 
 
-def _resumed(program: Program[T], answer: Any) -> Program[T]:
-    """``program`` (whose first step was taken and answered by ``answer``), on from there."""
-    try:
-        step = program.send(answer)
-        while True:
-            step = program.send((yield step))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
 class SQLConversations:
     """The SQL programs of every store operation (sans-I/O: see the module notes).
 
@@ -198,7 +189,7 @@ class SQLConversations:
             if first is not None:
                 opened.close()
                 return AppendOutcome(first["count"], first["appended"], serialized, replayed=True)
-            opened = _resumed(opened, answers if isinstance(step, Batch) else answers[0])
+            opened = resumed(opened, answers if isinstance(step, Batch) else answers[0])
         buffer_id, count, next_pos, view = yield from opened
         plan = plan_append(view, incoming)
 

@@ -42,6 +42,7 @@ __all__ = [
     "decode",
     "drive",
     "encode",
+    "resumed",
 ]
 
 T = TypeVar("T")
@@ -119,6 +120,17 @@ async def adrive(program: Program[T], execute: AsyncExecute,
         return done.value  # type: ignore[no-any-return]
     finally:
         program.close()
+
+
+def resumed(program: Program[T], answer: Any) -> Program[T]:
+    """``program``, whose first step was taken and is answered by ``answer``, on from
+    there (a program may send another's first step with its own)."""
+    try:
+        step = program.send(answer)
+        while True:
+            step = program.send((yield step))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
