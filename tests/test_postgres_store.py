@@ -237,7 +237,7 @@ def test_mem12_connection_killed_mid_append_leaves_the_buffer_as_it_was(
         with admin() as watcher:
             pid = _wait_for(watcher, "SELECT pid FROM pg_stat_activity WHERE application_name "
                             "= %s AND wait_event_type = 'Lock' AND query LIKE "
-                            "'INSERT INTO pending%%'", (app,))
+                            "'%%INSERT INTO pending%%'", (app,))
             watcher.execute("SELECT pg_terminate_backend(%s)", (pid,))
         thread.join(15)
         blocker.execute("ROLLBACK")

@@ -2,8 +2,9 @@
 
 One row per message (see :mod:`flowmem.stores.sql`, whose statements this
 store runs unchanged); an append is one ``READ COMMITTED`` transaction of
-indexed statements. Tables live in a dedicated schema, created and upgraded
-by :func:`flowmem.stores.postgres_schema.migrate` when the store opens.
+indexed statements, in two round trips (below). Tables live in a dedicated
+schema, created and upgraded by :func:`flowmem.stores.postgres_schema.migrate`
+when the store opens.
 
 URL options (the rest of the query string goes to libpq, e.g. ``sslmode``)::
 
@@ -43,35 +44,49 @@ Bounds: every wait ends, with a typed error.
 - opening the store: ``connect_timeout``, then the same deadline for the
   schema check (300 s when migrations run).
 
+Round trips: every step of a program (a statement, or a
+:class:`~flowmem.stores.sql_program.Batch`) is ONE query string, its values
+bound by psycopg on the client (``ClientCursor``, as psycopg2 always did: a
+failed statement in the server's log, or ``pg_stat_activity``, shows them).
+The first step also carries ``BEGIN``, the search path, the timeouts and, for
+a writer, the MEM-12 lock; a final batch also carries ``COMMIT``. So the
+common append — an existing conversation, no window — is two round trips:
+the lock, the conversation's row ``FOR UPDATE`` and the planner's view; then
+the whole plan, the row's update and ``COMMIT``
+(:mod:`flowmem.stores.sql_apply`). A new conversation takes one more,
+healing one more per healed turn (MEM-3), a window that evicts one more.
+
 Transaction pooling (pgbouncer ``pool_mode = transaction``) works: no
 statement is prepared (``prepare_threshold=None``) and no session state is
 set — the search path and the timeouts are ``SET LOCAL``, the MEM-12 lock is
-transaction-level. Each transaction starts with one round trip that carries
-``BEGIN``, the search path and, for an append, the lock.
+transaction-level.
 
-MEM-12: an append sets ``lock_timeout`` to its bounded wait, makes a
-savepoint and takes ``pg_advisory_xact_lock`` on a 64-bit hash of (schema,
-scope, scope id, key). Exactly the lock-timeout error
-(:class:`psycopg.errors.LockNotAvailable`) is caught: the transaction rolls
-back to the savepoint and the append goes ahead unserialized
-(``serialized=False``; :class:`~flowmem.Memory` logs the warning). The buffer
-row is then read ``FOR UPDATE``, so the fallback is still atomic — it may
-interleave with a serialized append but never loses or doubles a turn; the
-(buffer, result id) unique key makes a doubled result impossible. The row
-wait stays bounded: ``lock_timeout`` stays set for it — whole when the
-advisory lock came within 0.5 s, else what is left of it, at least 0.5 s
-(one more short statement, only then); a fallback waits 0.5 s more for the
-row. A row held past that (by a transaction outside flowmem) is ``StoreBusy``. The
-lock is released at commit or rollback, and by the server when a client dies.
+MEM-12: an append sets ``lock_timeout`` to its bounded wait and takes
+``pg_advisory_xact_lock`` on a 64-bit hash of (schema, scope, scope id, key),
+then makes a savepoint that marks the lock had. Exactly the lock-timeout error
+(:class:`psycopg.errors.LockNotAvailable`) is caught: if the savepoint is not
+there (``ROLLBACK TO`` it fails), the lock's wait timed out, and the
+transaction starts over without the lock: the append goes ahead unserialized
+(``serialized=False``; :class:`~flowmem.Memory` logs the warning) — two more
+round trips, on that path only. The buffer row is then read ``FOR UPDATE``,
+so the fallback is still atomic — it may interleave with a serialized append
+but never loses or doubles a turn; the (buffer, result id) unique key makes a
+doubled result impossible. The row wait stays bounded: ``lock_timeout`` is
+left for it — whole when the advisory lock came within 0.5 s, else what is
+left of it, at least 0.5 s (worked out by the server, in the same round
+trip); a fallback waits 0.5 s for the row. A row held past that (by a
+transaction outside flowmem) is ``StoreBusy``. The lock is released at commit
+or rollback, and by the server when a client dies.
 
 Failures: connection loss (or the server going away) raises
 :class:`~flowmem.errors.StoreUnavailable`, any other server error
 :class:`~flowmem.errors.StoreError`; the transaction is rolled back, so the
 buffer is as it was. If the connection is lost while ``COMMIT`` is in flight
-the outcome is unknown to the client and the error says so. A pooled
-connection found dead on the first round trip (nothing done yet but
-``BEGIN``) is replaced by another (at most ``pool_max`` times) before giving
-up; one cut by the client's deadline is not retried.
+— during an append's last round trip, which carries it — the outcome is
+unknown to the client and the error says so. A pooled connection found dead
+on the first round trip (nothing committed) is replaced by another (at most
+``pool_max`` times) before giving up; one cut by the client's deadline is not
+retried.
 
 The asyncio twin is :mod:`flowmem.stores.postgres_async`; both run the same
 SQL programs (:mod:`flowmem.stores.sql`) and the same first round trip
@@ -80,9 +95,9 @@ SQL programs (:mod:`flowmem.stores.sql`) and the same first round trip
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
+from dataclasses import replace
 from typing import Any
 
 from ..errors import InvalidStoreURL, MissingDependency, StoreError, StoreUnavailable
@@ -98,23 +113,25 @@ from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
 from .postgres_common import (
+    COMMIT,
     EDIT_LOCK_TIMEOUT,
     MIGRATION_TIMEOUT,
+    PROBE,
     SQL,
     WRITE_LOCK_TIMEOUT,
+    Begin,
     PostgresOptions,
     advisory_key,
-    begin_statement,
+    begin,
     broken,
     connect_kwargs,
-    lock_fallback_statement,
     mapped,
-    pg,
-    row_wait_statement,
+    query,
+    unserialized,
 )
 from .postgres_schema import MIGRATIONS, migrate, quoted_schema, stored_version
 from .postgres_watchdog import Deadline, arm, disarm
-from .sql import Execute, Program, T, drive, encode
+from .sql_program import Batch, Program, Rows, Statement, T, drive, encode
 
 __all__ = ["PostgresStore", "advisory_key", "setup"]
 
@@ -123,12 +140,17 @@ Connection = psycopg.Connection[Row]
 Cursor = psycopg.Cursor[Row]
 
 
-def _executor(cur: Cursor) -> Execute:
-    def run(statement: str, params: Sequence[Any]) -> list[Row]:
-        cur.execute(pg(statement), tuple(params))
-        return cur.fetchall() if cur.description is not None else []
-
-    return run
+def _send(conn: Connection, statements: Sequence[Statement],
+          head: Begin | None = None) -> list[Rows]:
+    """Run ``head`` and ``statements`` in one round trip; the rows of each."""
+    sql, params = query(statements, head)
+    cur = psycopg.ClientCursor(conn)
+    cur.execute(sql, params)
+    rows: list[Rows] = []
+    while True:
+        rows.append(cur.fetchall() if cur.description is not None else [])
+        if not cur.nextset():
+            return rows
 
 
 def setup(options: PostgresOptions) -> None:
@@ -188,38 +210,14 @@ class PostgresStore:
         return store
 
     # -- transactions ---------------------------------------------------------------
-    def _begin(self, cur: Cursor, read_only: bool,
-               lock: tuple[StorageKey, float] | None) -> bool:
-        """The first round trip; whether the MEM-12 lock was had."""
-        held = None if lock is None else (advisory_key(self.schema, lock[0]), lock[1])
-        seconds = self._options.statement_timeout
-        began = time.monotonic()
-        try:
-            cur.execute(begin_statement(self._ident, read_only, held, seconds))
-        except pg_errors.LockNotAvailable:
-            cur.execute(lock_fallback_statement(seconds))
-            return False
-        if held is None:
-            return True
-        if held[1] > 0:
-            shorter = row_wait_statement(held[1], time.monotonic() - began)
-            if shorter is not None:  # the lock came late: the row gets what is left
-                cur.execute(shorter)
-            return True
-        while cur.nextset():
-            pass
-        row = cur.fetchone()
-        return bool(row and row[0])
-
-    def _open(self, read_only: bool, lock: tuple[StorageKey, float] | None,
-              ) -> tuple[Connection, Deadline | None, bool]:
-        """A pooled connection, its deadline armed and its transaction begun.
+    def _connect(self, tx: _Transaction, statements: Sequence[Statement]) -> list[Rows]:
+        """A pooled connection for ``tx``, its deadline armed, and the first round trip.
 
         A pooled connection found dead on the first round trip (a restart, a
         proxy closing idle connections: nothing was done) is replaced, at most
-        once per pooled connection; one the deadline cut is not.
+        once per pooled connection; one the deadline cut is not, nor one that
+        was sent a ``COMMIT``.
         """
-        budget = self._options.budget(None if lock is None else lock[1])
         for attempt in range(self._options.pool_max + 1):
             try:
                 conn = self._pool.getconn()
@@ -227,17 +225,20 @@ class PostgresStore:
                 raise mapped(exc) from exc
             deadline: Deadline | None = None
             try:
-                deadline = arm(conn, budget)
-                return conn, deadline, self._begin(conn.cursor(), read_only, lock)
+                deadline = arm(conn, tx.budget)
+                rows = tx.first(conn, statements)
             except BaseException as exc:
                 lost = broken(conn)
                 timed_out = self._give_back(conn, deadline, failed=True)
                 if (lost and timed_out is None and isinstance(exc, psycopg.Error)
-                        and attempt < self._options.pool_max):
+                        and not tx.committing and attempt < self._options.pool_max):
                     continue
                 if isinstance(exc, psycopg.Error):
-                    raise mapped(exc, lost=lost, timed_out=timed_out) from exc
+                    raise mapped(exc, lost=lost, committing=tx.committing and lost,
+                                 timed_out=timed_out) from exc
                 raise
+            tx.conn, tx.deadline = conn, deadline
+            return rows
         raise AssertionError("unreachable")
 
     def _give_back(self, conn: Connection, deadline: Deadline | None, *,
@@ -261,39 +262,30 @@ class PostgresStore:
         return deadline.seconds if deadline is not None and deadline.fired else None
 
     @contextmanager
-    def _transaction(self, *, read_only: bool = False, lock: tuple[StorageKey, float] | None = None,
-                     holding: bool = False) -> Iterator[tuple[Execute, bool]]:
-        """One transaction under the operation's deadline; ``holding``: the caller's block
-        runs inside it (the deadline is then off while the block runs)."""
-        conn, deadline, serialized = self._open(read_only, lock)
-        committing = False
+    def _transaction(self, *, read_only: bool = False,
+                     lock: tuple[StorageKey, float] | None = None) -> Iterator[_Transaction]:
+        """One transaction under the operation's deadline, committed when the block ends
+        (unless a final batch carried the ``COMMIT``)."""
+        tx = _Transaction(self, read_only, lock)
         try:
-            cur = conn.cursor()
-            if holding:
-                disarm(deadline)
-                deadline = None
-                try:
-                    yield _executor(cur), serialized
-                finally:
-                    with suppress(psycopg.Error):  # a lost connection fails at COMMIT
-                        deadline = arm(conn, self._options.budget(None))
-            else:
-                yield _executor(cur), serialized
-            committing = True
-            cur.execute("COMMIT")
+            yield tx
+            tx.commit()
         except BaseException as exc:
-            lost = broken(conn)
-            timed_out = self._give_back(conn, deadline, failed=True)
+            if tx.conn is None:  # never opened, or already given back by _connect
+                raise
+            lost = broken(tx.conn)
+            timed_out = self._give_back(tx.conn, tx.deadline, failed=True)
             if isinstance(exc, psycopg.Error):
-                raise mapped(exc, lost=lost, committing=committing,
+                raise mapped(exc, lost=lost, committing=tx.committing and lost,
                              timed_out=timed_out) from exc
             raise
-        self._give_back(conn, deadline, failed=False)
+        assert tx.conn is not None
+        self._give_back(tx.conn, tx.deadline, failed=False)
 
     def _run(self, program: Program[T], *, read_only: bool = False,
              lock: tuple[StorageKey, float] | None = None) -> T:
-        with self._transaction(read_only=read_only, lock=lock) as (run, _):
-            return drive(program, run)
+        with self._transaction(read_only=read_only, lock=lock) as tx:
+            return drive(program, tx.execute, tx.batch)
 
     # -- the Store protocol ------------------------------------------------------
     def read(self, key: StorageKey) -> tuple[bool, Any]:
@@ -309,9 +301,11 @@ class PostgresStore:
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
                idempotency: Idempotency | None = None) -> AppendOutcome:
-        with self._transaction(lock=(key, lock_timeout)) as (run, serialized):
-            program = SQL.append(key, incoming, max_messages, serialized, idempotency)
-            return drive(program, run)
+        with self._transaction(lock=(key, lock_timeout)) as tx:
+            # MEM-12: whether the lock was had is known once the first step ran
+            program = SQL.append(key, incoming, max_messages, True, idempotency)
+            outcome = drive(program, tx.execute, tx.batch)
+        return outcome if tx.serialized else replace(outcome, serialized=False)
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:
@@ -330,8 +324,74 @@ class PostgresStore:
 
     @contextmanager
     def _hold(self, key: StorageKey, timeout: float) -> Iterator[bool]:
-        with self._transaction(lock=(key, timeout), holding=True) as (_, serialized):
-            yield serialized
+        with self._transaction(lock=(key, timeout)) as tx:
+            tx.batch(Batch(()))
+            disarm(tx.deadline)  # the caller's block is not bounded by the deadline
+            tx.deadline = None
+            try:
+                yield tx.serialized
+            finally:
+                with suppress(psycopg.Error):  # a lost connection fails at COMMIT
+                    tx.deadline = arm(tx.conn, self._options.budget(None))
 
     def close(self) -> None:
         self._pool.close()
+
+
+class _Transaction:
+    """One transaction of a :class:`PostgresStore`, opened by its first round trip.
+
+    That round trip carries ``BEGIN``, the settings and the MEM-12 lock
+    (:func:`~flowmem.stores.postgres_common.begin`) with the program's first
+    step; a final :class:`~flowmem.stores.sql_program.Batch` carries the
+    ``COMMIT``. Each step is one round trip.
+    """
+
+    def __init__(self, store: PostgresStore, read_only: bool,
+                 lock: tuple[StorageKey, float] | None) -> None:
+        options = store._options
+        held = None if lock is None else (advisory_key(store.schema, lock[0]), lock[1])
+        self.store = store
+        self.begin = begin(store._ident, read_only, held, options.statement_timeout)
+        self.budget = options.budget(None if lock is None else lock[1])
+        self.conn: Connection | None = None
+        self.deadline: Deadline | None = None
+        self.serialized = True
+        self.committing = False
+        self.committed = False
+
+    def execute(self, sql: str, params: Sequence[Any]) -> Rows:
+        return self.batch(Batch(((sql, params),)))[0]
+
+    def batch(self, batch: Batch) -> list[Rows]:
+        statements = (*batch.statements, COMMIT) if batch.final else batch.statements
+        self.committing = batch.final
+        if self.conn is None:
+            rows = self.store._connect(self, statements)
+        else:
+            rows = _send(self.conn, statements)
+        self.committed = batch.final
+        return rows[:len(batch.statements)]
+
+    def first(self, conn: Connection, statements: Sequence[Statement]) -> list[Rows]:
+        """The first round trip on ``conn``: :attr:`begin`, then ``statements``."""
+        opening = self.begin
+        try:
+            rows = _send(conn, statements, opening)
+        except pg_errors.LockNotAvailable:
+            if not opening.waits:
+                raise
+            try:
+                _send(conn, (PROBE,))
+            except pg_errors.InvalidSavepointSpecification:  # the MEM-12 wait timed out
+                self.serialized = False
+                opening = unserialized(self.store._ident, self.store._options.statement_timeout)
+                return (_send(conn, statements, opening))[opening.count:]
+            raise  # the lock was had, the row stayed locked: StoreBusy
+        if opening.tries:  # MEM-12: tried once; its row says whether it was had
+            self.serialized = bool(rows[opening.count - 1][0][0])
+        return rows[opening.count:]
+
+    def commit(self) -> None:
+        if not self.committed:
+            self.batch(Batch((), final=True))

@@ -1,8 +1,9 @@
 """``postgresql://…`` for :class:`~flowmem.AsyncMemory`: psycopg's asyncio pool.
 
 The asyncio twin of :mod:`flowmem.stores.postgres`: the same URL, the same
-first round trip (BEGIN, search path, statement timeout and the MEM-12
-advisory lock under a ``lock_timeout``), the same SQL programs
+round trips (the first carries BEGIN, the search path, the timeouts and the
+MEM-12 advisory lock with the program's first step; a final batch carries
+COMMIT: two for the common append), the same SQL programs
 (:mod:`flowmem.stores.sql`), the same error mapping — only awaited. The
 schema is migrated when the store opens, on first use (``from_url`` needs
 no running loop).
@@ -25,9 +26,9 @@ cancellation still runs under the operation's deadline.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
+from dataclasses import replace
 from typing import Any
 
 from ..errors import MissingDependency, StoreError
@@ -44,22 +45,24 @@ from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
 from .postgres import setup
 from .postgres_common import (
+    COMMIT,
     EDIT_LOCK_TIMEOUT,
+    PROBE,
     SQL,
     WRITE_LOCK_TIMEOUT,
+    Begin,
     PostgresOptions,
     advisory_key,
-    begin_statement,
+    begin,
     broken,
     connect_kwargs,
-    lock_fallback_statement,
     mapped,
-    pg,
-    row_wait_statement,
+    query,
+    unserialized,
 )
 from .postgres_schema import quoted_schema
 from .postgres_watchdog import Deadline, arm, disarm
-from .sql import AsyncExecute, Program, T, adrive, encode
+from .sql_program import Batch, Program, Rows, Statement, T, adrive, encode
 
 __all__ = ["AsyncPostgresStore"]
 
@@ -68,12 +71,17 @@ Connection = psycopg.AsyncConnection[Row]
 Cursor = psycopg.AsyncCursor[Row]
 
 
-def _executor(cur: Cursor) -> AsyncExecute:
-    async def run(statement: str, params: Sequence[Any]) -> list[Row]:
-        await cur.execute(pg(statement), tuple(params))
-        return await cur.fetchall() if cur.description is not None else []
-
-    return run
+async def _send(conn: Connection, statements: Sequence[Statement],
+                head: Begin | None = None) -> list[Rows]:
+    """Run ``head`` and ``statements`` in one round trip; the rows of each."""
+    sql, params = query(statements, head)
+    cur = psycopg.AsyncClientCursor(conn)
+    await cur.execute(sql, params)
+    rows: list[Rows] = []
+    while True:
+        rows.append(await cur.fetchall() if cur.description is not None else [])
+        if not cur.nextset():
+            return rows
 
 
 class AsyncPostgresStore:
@@ -110,35 +118,10 @@ class AsyncPostgresStore:
         return self._pool
 
     # -- transactions ---------------------------------------------------------------
-    async def _begin(self, cur: Cursor, read_only: bool,
-                     lock: tuple[StorageKey, float] | None) -> bool:
-        """The first round trip; whether the MEM-12 lock was had."""
-        held = None if lock is None else (advisory_key(self.schema, lock[0]), lock[1])
-        seconds = self._options.statement_timeout
-        began = time.monotonic()
-        try:
-            await cur.execute(begin_statement(self._ident, read_only, held, seconds))
-        except pg_errors.LockNotAvailable:
-            await cur.execute(lock_fallback_statement(seconds))
-            return False
-        if held is None:
-            return True
-        if held[1] > 0:
-            shorter = row_wait_statement(held[1], time.monotonic() - began)
-            if shorter is not None:  # the lock came late: the row gets what is left
-                await cur.execute(shorter)
-            return True
-        while cur.nextset():
-            pass
-        row = await cur.fetchone()
-        return bool(row and row[0])
-
-    async def _open(self, read_only: bool, lock: tuple[StorageKey, float] | None,
-                    ) -> tuple[Connection, Deadline | None, bool]:
-        """A pooled connection, its deadline armed and its transaction begun (a pooled
-        connection found dead on the first round trip is replaced, as on the blocking face)."""
+    async def _connect(self, tx: _Transaction, statements: Sequence[Statement]) -> list[Rows]:
+        """A pooled connection for ``tx``, its deadline armed, and the first round trip (a
+        pooled connection found dead on it is replaced, as on the blocking face)."""
         pool = await self._opened()
-        budget = self._options.budget(None if lock is None else lock[1])
         for attempt in range(self._options.pool_max + 1):
             try:
                 conn = await pool.getconn()
@@ -146,17 +129,20 @@ class AsyncPostgresStore:
                 raise mapped(exc) from exc
             deadline: Deadline | None = None
             try:
-                deadline = arm(conn, budget)
-                return conn, deadline, await self._begin(conn.cursor(), read_only, lock)
+                deadline = arm(conn, tx.budget)
+                rows = await tx.first(conn, statements)
             except BaseException as exc:
                 lost = broken(conn)
                 timed_out = await self._give_back(conn, deadline, failed=True)
                 if (lost and timed_out is None and isinstance(exc, psycopg.Error)
-                        and attempt < self._options.pool_max):
+                        and not tx.committing and attempt < self._options.pool_max):
                     continue
                 if isinstance(exc, psycopg.Error):
-                    raise mapped(exc, lost=lost, timed_out=timed_out) from exc
+                    raise mapped(exc, lost=lost, committing=tx.committing and lost,
+                                 timed_out=timed_out) from exc
                 raise
+            tx.conn, tx.deadline = conn, deadline
+            return rows
         raise AssertionError("unreachable")
 
     async def _give_back(self, conn: Connection, deadline: Deadline | None, *,
@@ -187,38 +173,29 @@ class AsyncPostgresStore:
     @asynccontextmanager
     async def _transaction(self, *, read_only: bool = False,
                            lock: tuple[StorageKey, float] | None = None,
-                           holding: bool = False) -> AsyncIterator[tuple[AsyncExecute, bool]]:
-        """One transaction under the operation's deadline; ``holding``: the caller's block
-        runs inside it (the deadline is then off while the block runs)."""
-        conn, deadline, serialized = await self._open(read_only, lock)
-        committing = False
+                           ) -> AsyncIterator[_Transaction]:
+        """One transaction under the operation's deadline, committed when the block ends
+        (unless a final batch carried the ``COMMIT``)."""
+        tx = _Transaction(self, read_only, lock)
         try:
-            cur = conn.cursor()
-            if holding:
-                disarm(deadline)
-                deadline = None
-                try:
-                    yield _executor(cur), serialized
-                finally:
-                    with suppress(psycopg.Error):  # a lost connection fails at COMMIT
-                        deadline = arm(conn, self._options.budget(None))
-            else:
-                yield _executor(cur), serialized
-            committing = True
-            await cur.execute("COMMIT")
+            yield tx
+            await tx.commit()
         except BaseException as exc:
-            lost = broken(conn)
-            timed_out = await self._give_back(conn, deadline, failed=True)
+            if tx.conn is None:  # never opened, or already given back by _connect
+                raise
+            lost = broken(tx.conn)
+            timed_out = await self._give_back(tx.conn, tx.deadline, failed=True)
             if isinstance(exc, psycopg.Error):
-                raise mapped(exc, lost=lost, committing=committing,
+                raise mapped(exc, lost=lost, committing=tx.committing and lost,
                              timed_out=timed_out) from exc
             raise
-        await self._give_back(conn, deadline, failed=False)
+        assert tx.conn is not None
+        await self._give_back(tx.conn, tx.deadline, failed=False)
 
     async def _run(self, program: Program[T], *, read_only: bool = False,
                    lock: tuple[StorageKey, float] | None = None) -> T:
-        async with self._transaction(read_only=read_only, lock=lock) as (run, _):
-            return await adrive(program, run)
+        async with self._transaction(read_only=read_only, lock=lock) as tx:
+            return await adrive(program, tx.execute, tx.batch)
 
     # -- the AsyncStore protocol ---------------------------------------------------------
     async def read(self, key: StorageKey) -> tuple[bool, Any]:
@@ -234,9 +211,11 @@ class AsyncPostgresStore:
     async def append(self, key: StorageKey, incoming: Sequence[Message], *,
                      max_messages: int | None, lock_timeout: float,
                      idempotency: Idempotency | None = None) -> AppendOutcome:
-        async with self._transaction(lock=(key, lock_timeout)) as (run, serialized):
-            program = SQL.append(key, incoming, max_messages, serialized, idempotency)
-            return await adrive(program, run)
+        async with self._transaction(lock=(key, lock_timeout)) as tx:
+            # MEM-12: whether the lock was had is known once the first step ran
+            program = SQL.append(key, incoming, max_messages, True, idempotency)
+            outcome = await adrive(program, tx.execute, tx.batch)
+        return outcome if tx.serialized else replace(outcome, serialized=False)
 
     async def history(self, key: StorageKey, *, last: int | None = None,
                       before: int | None = None) -> HistoryPage:
@@ -255,8 +234,15 @@ class AsyncPostgresStore:
 
     @asynccontextmanager
     async def _hold(self, key: StorageKey, timeout: float) -> AsyncIterator[bool]:
-        async with self._transaction(lock=(key, timeout), holding=True) as (_, serialized):
-            yield serialized
+        async with self._transaction(lock=(key, timeout)) as tx:
+            await tx.batch(Batch(()))
+            disarm(tx.deadline)  # the caller's block is not bounded by the deadline
+            tx.deadline = None
+            try:
+                yield tx.serialized
+            finally:
+                with suppress(psycopg.Error):  # a lost connection fails at COMMIT
+                    tx.deadline = arm(tx.conn, self._options.budget(None))
 
     async def aclose(self) -> None:
         async with self._opening:
@@ -264,3 +250,58 @@ class AsyncPostgresStore:
             pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
+
+
+class _Transaction:
+    """One transaction of an :class:`AsyncPostgresStore`, opened by its first round trip
+    (``BEGIN``, the settings and the MEM-12 lock with the program's first step); a final
+    batch carries the ``COMMIT`` (as the blocking store's)."""
+
+    def __init__(self, store: AsyncPostgresStore, read_only: bool,
+                 lock: tuple[StorageKey, float] | None) -> None:
+        options = store._options
+        held = None if lock is None else (advisory_key(store.schema, lock[0]), lock[1])
+        self.store = store
+        self.begin = begin(store._ident, read_only, held, options.statement_timeout)
+        self.budget = options.budget(None if lock is None else lock[1])
+        self.conn: Connection | None = None
+        self.deadline: Deadline | None = None
+        self.serialized = True
+        self.committing = False
+        self.committed = False
+
+    async def execute(self, sql: str, params: Sequence[Any]) -> Rows:
+        return (await self.batch(Batch(((sql, params),))))[0]
+
+    async def batch(self, batch: Batch) -> list[Rows]:
+        statements = (*batch.statements, COMMIT) if batch.final else batch.statements
+        self.committing = batch.final
+        if self.conn is None:
+            rows = await self.store._connect(self, statements)
+        else:
+            rows = await _send(self.conn, statements)
+        self.committed = batch.final
+        return rows[:len(batch.statements)]
+
+    async def first(self, conn: Connection, statements: Sequence[Statement]) -> list[Rows]:
+        """The first round trip on ``conn``: :attr:`begin`, then ``statements``."""
+        opening = self.begin
+        try:
+            rows = await _send(conn, statements, opening)
+        except pg_errors.LockNotAvailable:
+            if not opening.waits:
+                raise
+            try:
+                await _send(conn, (PROBE,))
+            except pg_errors.InvalidSavepointSpecification:  # the MEM-12 wait timed out
+                self.serialized = False
+                opening = unserialized(self.store._ident, self.store._options.statement_timeout)
+                return (await _send(conn, statements, opening))[opening.count:]
+            raise  # the lock was had, the row stayed locked: StoreBusy
+        if opening.tries:  # MEM-12: tried once; its row says whether it was had
+            self.serialized = bool(rows[opening.count - 1][0][0])
+        return rows[opening.count:]
+
+    async def commit(self) -> None:
+        if not self.committed:
+            await self.batch(Batch((), final=True))

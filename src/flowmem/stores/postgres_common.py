@@ -1,6 +1,6 @@
 """What the blocking and the asyncio PostgreSQL stores share: the URL, the
-bounds of every wait, the MEM-12 lock id, the first round trip's statements
-and the error mapping.
+bounds of every wait, the MEM-12 lock id, the statements that open a
+transaction, how a step becomes one query string, and the error mapping.
 
 Only the I/O differs between :mod:`flowmem.stores.postgres` and
 :mod:`flowmem.stores.postgres_async`; the SQL of every operation is the
@@ -28,6 +28,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
@@ -49,24 +50,26 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("psycopg_pool", "postgres") from exc
 
 from .sql import SQLConversations
+from .sql_program import Statement
 
 __all__ = [
+    "COMMIT",
     "EDIT_LOCK_TIMEOUT",
     "LIBPQ_DEFAULTS",
     "MIGRATION_TIMEOUT",
     "ROW_LOCK_GRACE",
-    "SAVEPOINT",
     "SQL",
     "WRITE_LOCK_TIMEOUT",
+    "Begin",
     "PostgresOptions",
     "advisory_key",
-    "begin_statement",
+    "begin",
     "broken",
     "connect_kwargs",
-    "lock_fallback_statement",
     "mapped",
     "pg",
-    "row_wait_statement",
+    "query",
+    "unserialized",
 ]
 
 OPTIONS: Final = ("schema", "pool_min", "pool_max", "pool_timeout", "statement_timeout")
@@ -76,6 +79,7 @@ ROW_LOCK_GRACE: Final = 0.5
 """Seconds a writer may still wait for the conversation's row once its MEM-12
 lock wait is spent (the lock came late, or the append runs unserialized)."""
 MIGRATION_TIMEOUT: Final = 300.0  # opening: the first start's or an upgrade's DDL
+SAVEPOINT: Final = "flowmem_mem12"
 ANSWER_MARGIN: Final = 1.0  # the client's deadline allows this much beyond the server's bounds
 LIBPQ_DEFAULTS: Final = {
     "connect_timeout": "5",
@@ -87,7 +91,6 @@ LIBPQ_DEFAULTS: Final = {
 }
 """libpq connection parameters flowmem sets when neither the URL nor the
 environment (``PGCONNECT_TIMEOUT``) gives them."""
-SAVEPOINT: Final = "flowmem_mem12"
 SQL: Final = SQLConversations(lock_row=" FOR UPDATE")
 _MAX_TIMEOUT_MS: Final = 2**31 - 1
 _UNAVAILABLE_STATES: Final = ("57P01", "57P02", "57P03")  # shutdown, crash, cannot connect now
@@ -187,60 +190,108 @@ def _statement_ms(seconds: float) -> int:
     return 0 if seconds == 0 else _timeout_ms(seconds)
 
 
-def begin_statement(schema_ident: str, read_only: bool, lock: tuple[int, float] | None,
-                    statement_timeout: float) -> str:
-    """The first round trip: BEGIN, the search path, the statement timeout and, for a
-    writer, the MEM-12 lock.
+COMMIT: Final[Statement] = ("COMMIT", ())
 
-    With a lock and a positive timeout the lock is taken under ``lock_timeout``
-    after a savepoint, and ``lock_timeout`` stays for the conversation's row
-    (shortened by :func:`row_wait_statement` when the lock came late). On
-    :class:`psycopg.errors.LockNotAvailable` the caller runs
-    :func:`lock_fallback_statement` and goes ahead unserialized. With a
-    timeout ≤ 0 the statement tries the lock once and returns whether it was
-    had. The statement timeout is set after the lock wait, which
-    ``lock_timeout`` bounds (else it would cut a long MEM-12 wait short).
+
+@dataclass(frozen=True, slots=True)
+class Begin:
+    """The statements that open a transaction (``sql``, ``count`` of them), sent in one
+    round trip with the transaction's first step.
+
+    ``tries``: the last one's row says whether the MEM-12 lock was had. ``waits``:
+    the lock is waited for; a :class:`psycopg.errors.LockNotAvailable` is then
+    either that wait timing out or the conversation's row staying locked —
+    :data:`PROBE` tells which.
+    """
+
+    sql: str
+    count: int
+    tries: bool = False
+    waits: bool = False
+
+
+PROBE: Final[Statement] = (f"ROLLBACK TO SAVEPOINT {SAVEPOINT}", ())
+"""After a lock-timeout error in a waiting :class:`Begin`: succeeds when the MEM-12 lock
+was had (the savepoint right after it exists: the row stayed locked), fails with
+:class:`psycopg.errors.InvalidSavepointSpecification` when the lock's wait timed out."""
+
+
+def begin(schema_ident: str, read_only: bool, lock: tuple[int, float] | None,
+          statement_timeout: float) -> Begin:
+    """BEGIN, the search path, the statement timeout and, for a writer, the MEM-12 lock.
+
+    With a positive timeout the lock is waited for under ``lock_timeout``, then a
+    savepoint marks it had (:data:`PROBE`), the statement timeout is set (after
+    the lock wait: it would cut a long MEM-12 wait short) and ``lock_timeout`` is
+    left for the conversation's row — all of it when the lock came within
+    :data:`ROW_LOCK_GRACE`, else what is left of it, at least the grace: worked
+    out by the server from the time the lock took, so the two waits together stay
+    within ``timeout`` + :data:`ROW_LOCK_GRACE` with no round trip in between.
+    When the lock's wait times out the caller starts over with
+    :func:`unserialized`. With a timeout ≤ 0 the lock is tried once.
     """
     if lock is None:
-        return _begin_parts(schema_ident, read_only, None, statement_timeout)[0]
-    head, tail = _begin_parts(schema_ident, read_only, lock[1], statement_timeout)
-    return f"{head}'{lock[0]}'::bigint{tail}"
+        return _plain(schema_ident, read_only, statement_timeout)
+    key, timeout = lock
+    parts, count = _locking(schema_ident, timeout, statement_timeout)
+    return Begin(f"'{key}'::bigint".join(parts), count, tries=timeout <= 0, waits=timeout > 0)
+
+
+def _settings(schema_ident: str, read_only: bool) -> list[str]:
+    mode = "REPEATABLE READ READ ONLY" if read_only else "READ COMMITTED"
+    return [f"BEGIN ISOLATION LEVEL {mode}", f"SET LOCAL search_path TO {schema_ident}"]
+
+
+@lru_cache(maxsize=64)
+def _plain(schema_ident: str, read_only: bool, statement_timeout: float) -> Begin:
+    statements = [*_settings(schema_ident, read_only),
+                  f"SET LOCAL statement_timeout = {_statement_ms(statement_timeout)}"]
+    return Begin("; ".join(statements), len(statements))
+
+
+@lru_cache(maxsize=64)
+def unserialized(schema_ident: str, statement_timeout: float) -> Begin:
+    """After the MEM-12 lock's wait timed out: the transaction over again, unserialized
+    (MEM-12), waiting at most :data:`ROW_LOCK_GRACE` for the conversation's row."""
+    statements = ["ROLLBACK", *_settings(schema_ident, False),
+                  f"SET LOCAL statement_timeout = {_statement_ms(statement_timeout)}",
+                  f"SET LOCAL lock_timeout = {_timeout_ms(ROW_LOCK_GRACE)}"]
+    return Begin("; ".join(statements), len(statements))
 
 
 @lru_cache(maxsize=256)
-def _begin_parts(schema_ident: str, read_only: bool, timeout: float | None,
-                 statement_timeout: float) -> tuple[str, str]:
-    """:func:`begin_statement` around the lock id (the rest is the same for every key)."""
-    mode = "REPEATABLE READ READ ONLY" if read_only else "READ COMMITTED"
-    head = f"BEGIN ISOLATION LEVEL {mode}; SET LOCAL search_path TO {schema_ident}"
-    statement = f"SET LOCAL statement_timeout = {_statement_ms(statement_timeout)}"
-    if timeout is None:
-        return f"{head}; {statement}", ""
+def _locking(schema_ident: str, timeout: float,
+             statement_timeout: float) -> tuple[tuple[str, ...], int]:
+    """:func:`begin`'s statements for a writer, split where the lock id goes."""
     grace = _timeout_ms(ROW_LOCK_GRACE)
+    statement = f"SET LOCAL statement_timeout = {_statement_ms(statement_timeout)}"
+    statements = _settings(schema_ident, False)
     if timeout <= 0:
-        return (f"{head}; {statement}; SET LOCAL lock_timeout = {grace}; "
-                f"SELECT pg_try_advisory_xact_lock(", ")")
-    return (f"{head}; SET LOCAL lock_timeout = {_timeout_ms(timeout)}; SAVEPOINT {SAVEPOINT}; "
-            f"SELECT pg_advisory_xact_lock(",
-            f"), set_config('statement_timeout', '{_statement_ms(statement_timeout)}', true)")
+        statements += [statement, f"SET LOCAL lock_timeout = {grace}",
+                       "SELECT pg_try_advisory_xact_lock({key})"]
+    else:
+        full = _timeout_ms(timeout)
+        statements += [
+            f"SET LOCAL lock_timeout = {full}",
+            "SELECT pg_advisory_xact_lock({key})",
+            f"SAVEPOINT {SAVEPOINT}",
+            statement,
+            f"SELECT set_config('lock_timeout', (CASE WHEN waited <= {grace} THEN {full} "
+            f"ELSE greatest({grace}, {full} - waited) END)::text, true) "
+            "FROM (SELECT (extract(epoch FROM clock_timestamp() - now()) * 1000)::bigint "
+            "AS waited) AS lock_wait"]
+    return tuple("; ".join(statements).split("{key}")), len(statements)
 
 
-def row_wait_statement(timeout: float, waited: float) -> str | None:
-    """After the MEM-12 lock was had in ``waited`` seconds: the statement that leaves the
-    row what is left of ``timeout`` (at least :data:`ROW_LOCK_GRACE`), or ``None`` when
-    the lock came within the grace (the row keeps ``timeout``). Either way the two
-    waits together stay within ``timeout`` + :data:`ROW_LOCK_GRACE`."""
-    if waited <= ROW_LOCK_GRACE:
-        return None
-    return f"SET LOCAL lock_timeout = {_timeout_ms(max(ROW_LOCK_GRACE, timeout - waited))}"
-
-
-def lock_fallback_statement(statement_timeout: float) -> str:
-    """After the lock wait timed out: back to the savepoint, then on unserialized
-    (MEM-12), still waiting at most :data:`ROW_LOCK_GRACE` for the conversation's row."""
-    return (f"ROLLBACK TO SAVEPOINT {SAVEPOINT}; "
-            f"SET LOCAL lock_timeout = {_timeout_ms(ROW_LOCK_GRACE)}; "
-            f"SET LOCAL statement_timeout = {_statement_ms(statement_timeout)}")
+def query(statements: Sequence[Statement], head: Begin | None = None) -> tuple[str, list[Any]]:
+    """``head`` and ``statements`` as ONE query string (``%s`` placeholders, bound by the
+    client) and its parameters: one round trip, whose result sets are the statements'
+    in order. PostgreSQL runs them one after the other, each under its own
+    ``statement_timeout`` and, in ``READ COMMITTED``, with its own snapshot, taken when
+    it starts (so a statement after a row lock sees what its holder committed)."""
+    sql = "; ".join([*([head.sql] if head is not None else []),
+                     *(pg(statement) for statement, _ in statements)])
+    return sql, [value for _, params in statements for value in params]
 
 
 def broken(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:

@@ -14,48 +14,52 @@ Every statement an append runs is an indexed look-up or a bounded range scan;
 none reads the whole conversation. A result is written with one upsert on
 the (buffer, result id) unique key, so even two unserialized writers cannot
 store a result twice (MEM-1), and a real result overwrites only a healed
-placeholder, in place (MEM-10). All the rule decisions come from
+placeholder, in place (MEM-10). An append reads the buffer's row and the
+planner's view in one batch and applies its plan in another (two round trips
+on PostgreSQL, with ``BEGIN`` and ``COMMIT``). All the rule decisions come from
 :func:`flowmem.plan.plan_append`; this module only executes them.
 
-Sans-I/O: every operation is a *program*, a generator that yields
-``(statement, params)`` and receives the statement's rows. The same program
-runs on a blocking connection (:func:`drive`: SQLite, psycopg) and on an
-asyncio one (:func:`adrive`: psycopg's async connection), so the SQL
-conversation logic exists once for both faces of the coordinator.
-
-Bodies are JSON text with every non-ASCII code point escaped, so NUL and
-lone surrogates round-trip the same way on every backend.
+Sans-I/O: every operation is a *program*, a generator that yields a
+statement (or a :class:`~flowmem.stores.sql_program.Batch` of them) and
+receives the rows (:mod:`flowmem.stores.sql_program`). The same program runs
+on a blocking connection (:func:`drive`: SQLite, psycopg) and on an asyncio
+one (:func:`adrive`: psycopg's async connection), so the SQL conversation
+logic exists once for both faces of the coordinator. Applying a plan is
+:mod:`flowmem.stores.sql_apply`.
 """
 
 from __future__ import annotations
 
-import json
 import random
-from collections.abc import Awaitable, Callable, Generator, Sequence
-from typing import Any, Final, TypeVar
+from collections.abc import Sequence
+from typing import Any, Final
 
 from ..entries import derive_indexes, edit_entries
 from ..errors import IdempotencyConflict, KeyConflict
 from ..ids import is_healed
-from ..messages import Message, healed_placeholder
-from ..plan import (
-    SLOT,
-    AddEntry,
-    AppendPlan,
-    BufferView,
-    HealTurn,
-    NewTurn,
-    PendingCall,
-    ReplacePlaceholder,
-    mentioned_ids,
-    needs_pending,
-    plan_append,
-)
+from ..messages import Message
+from ..plan import BufferView, PendingCall, mentioned_ids, needs_pending, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency, plan_stats
+from .sql_apply import apply_plan
+from .sql_program import (
+    AsyncExecute,
+    Batch,
+    Execute,
+    Program,
+    Rows,
+    Statement,
+    T,
+    adrive,
+    decode,
+    drive,
+    encode,
+    resumed,
+)
 
 __all__ = [
     "AsyncExecute",
+    "Batch",
     "Execute",
     "Program",
     "SQLConversations",
@@ -66,70 +70,17 @@ __all__ = [
     "encode",
 ]
 
-T = TypeVar("T")
-Rows = list[tuple[Any, ...]]
-Statement = tuple[str, Sequence[Any]]
-Program = Generator[Statement, Rows, T]
-"""A SQL program: yields ``(statement, params)`` (``?`` placeholders), receives the rows."""
-
-Execute = Callable[[str, Sequence[Any]], Rows]
-"""Runs one statement in the current transaction; returns its rows."""
-
-AsyncExecute = Callable[[str, Sequence[Any]], Awaitable[Rows]]
-"""The asyncio twin of :data:`Execute`."""
-
-
-def drive(program: Program[T], execute: Execute) -> T:
-    """Run ``program`` to completion on a blocking connection."""
-    try:
-        statement = next(program)
-        while True:
-            statement = program.send(execute(*statement))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    finally:
-        program.close()
-
-
-async def adrive(program: Program[T], execute: AsyncExecute) -> T:
-    """Run ``program`` to completion on an asyncio connection."""
-    try:
-        statement = next(program)
-        while True:
-            statement = program.send(await execute(*statement))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    finally:
-        program.close()
-
-_UPSERT_RESULT: Final = (
-    "INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
-    "VALUES (?, ?, 'tool', ?, ?, ?) "
-    "ON CONFLICT (buffer_id, result_id) WHERE result_id IS NOT NULL DO UPDATE "
-    "SET body = excluded.body, healed = excluded.healed "
-    "WHERE messages.healed = 1 AND excluded.healed = 0 RETURNING pos"
-)
-
-
 _CLAIM: Final = (
     "INSERT INTO idempotency (ikey, fingerprint, outcome, expires) VALUES (?, ?, NULL, ?) "
     "ON CONFLICT (ikey) DO UPDATE SET fingerprint = excluded.fingerprint, outcome = NULL, "
     "expires = excluded.expires WHERE idempotency.expires < ? RETURNING 1"
 )
 _PURGE_ONE_IN: Final = 64  # expired idempotency records are purged by one write in 64
-
-
-_ENCODER: Final = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
-
-
-def encode(value: Any) -> str:
-    """JSON text, ASCII only (NUL and lone surrogates escaped)."""
-    return _ENCODER.encode(value)  # one encoder: json.dumps builds one per call with options
-
-
-def decode(text: str) -> Any:
-    """The inverse of :func:`encode`."""
-    return json.loads(text)
+_BUFFER_ROW: Final = ("SELECT id, count, next_pos FROM buffers "
+                      "WHERE scope = ? AND scope_id = ? AND key = ?")
+_BUFFER_ID: Final = "(SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?)"
+_NEW_BUFFER: Final = ("INSERT INTO buffers (scope, scope_id, key) VALUES (?, ?, ?) "
+                      "ON CONFLICT (scope, scope_id, key) DO NOTHING")
 
 
 def _marks(items: Sequence[Any]) -> str:
@@ -226,44 +177,71 @@ class SQLConversations:
     def append(self, key: StorageKey, incoming: Sequence[Message],
                max_messages: int | None, serialized: bool,
                idempotency: Idempotency | None = None) -> Program[AppendOutcome]:
-        """Plan (:func:`~flowmem.plan.plan_append`) against indexed look-ups, then apply."""
-        if idempotency is not None:
-            first = yield from self.claim(idempotency)
+        """Plan (:func:`~flowmem.plan.plan_append`) against indexed look-ups, then apply
+        (:func:`~flowmem.stores.sql_apply.apply_plan`: the last step, with the record of
+        the idempotency key)."""
+        opened = self.open_and_view(key, incoming)
+        if idempotency is not None:  # the claim goes with the first step of opening
+            step = next(opened)
+            steps = step.statements if isinstance(step, Batch) else (step,)
+            claim, record, *answers = yield Batch((*self.claim_statements(idempotency), *steps))
+            first = self.claimed(idempotency, claim, record)
             if first is not None:
+                opened.close()
                 return AppendOutcome(first["count"], first["appended"], serialized, replayed=True)
-        buffer_id, count, next_pos, view = yield from self.open_and_view(key, incoming)
+            opened = resumed(opened, answers if isinstance(step, Batch) else answers[0])
+        buffer_id, count, next_pos, view = yield from opened
         plan = plan_append(view, incoming)
-        count, appended = yield from self.apply(buffer_id, count, next_pos, plan, max_messages)
-        if idempotency is not None:
-            yield from self.record(idempotency, {"count": count, "appended": appended})
+
+        def then(count: int, appended: int) -> list[Statement]:
+            if idempotency is None:
+                return []
+            return self.record_statements(idempotency, {"count": count, "appended": appended})
+
+        count, appended = yield from apply_plan(buffer_id, count, next_pos, plan, max_messages,
+                                                then)
         return AppendOutcome(count, appended, serialized, plan_stats(plan))
 
     # -- idempotency keys (recorded in the transaction of the change they guard) ----
     @staticmethod
-    def claim(idempotency: Idempotency) -> Program[dict[str, Any] | None]:
-        """Claim the key for this transaction (``None``), or the first outcome recorded
-        under it. The claim is a row of the key's unique index: a concurrent repeat
-        waits for this transaction and then replays what it recorded."""
+    def claim_statements(idempotency: Idempotency) -> tuple[Statement, Statement]:
+        """Claim the key for this transaction, then read its record (see :meth:`claimed`).
+        The claim is a row of the key's unique index: a concurrent repeat waits for this
+        transaction and then replays what it recorded."""
         expires = idempotency.now + idempotency.ttl
-        claimed = yield (_CLAIM, (idempotency.key, idempotency.fingerprint, expires,
-                                  idempotency.now))
-        if claimed:
-            return None
-        rows = yield ("SELECT fingerprint, outcome FROM idempotency WHERE ikey = ?",
-                      (idempotency.key,))
-        if rows[0][0] != idempotency.fingerprint or rows[0][1] is None:
-            raise IdempotencyConflict(f"idempotency key {idempotency.key!r} was used for a "
-                                      "different request; a retry must repeat it exactly")
-        first: dict[str, Any] = decode(rows[0][1])
-        return first
+        return ((_CLAIM, (idempotency.key, idempotency.fingerprint, expires, idempotency.now)),
+                ("SELECT fingerprint, outcome FROM idempotency WHERE ikey = ?",
+                 (idempotency.key,)))
 
     @staticmethod
-    def record(idempotency: Idempotency, outcome: dict[str, Any]) -> Program[None]:
+    def claimed(idempotency: Idempotency, claim: Rows, record: Rows) -> dict[str, Any] | None:
+        """``None`` when :meth:`claim_statements` claimed the key, else the first outcome
+        recorded under it (:class:`~flowmem.errors.IdempotencyConflict` for another request)."""
+        if claim:
+            return None
+        if record[0][0] != idempotency.fingerprint or record[0][1] is None:
+            raise IdempotencyConflict(f"idempotency key {idempotency.key!r} was used for a "
+                                      "different request; a retry must repeat it exactly")
+        first: dict[str, Any] = decode(record[0][1])
+        return first
+
+    def claim(self, idempotency: Idempotency) -> Program[dict[str, Any] | None]:
+        """:meth:`claim_statements` as one step; :meth:`claimed`'s answer."""
+        claim, record = yield Batch(self.claim_statements(idempotency))
+        return self.claimed(idempotency, claim, record)
+
+    @staticmethod
+    def record_statements(idempotency: Idempotency, outcome: dict[str, Any]) -> list[Statement]:
         """Store the outcome a repeat replays (and now and then purge expired keys)."""
-        yield ("UPDATE idempotency SET outcome = ? WHERE ikey = ?",
-               (encode(outcome), idempotency.key))
+        statements: list[Statement] = [("UPDATE idempotency SET outcome = ? WHERE ikey = ?",
+                                         (encode(outcome), idempotency.key))]
         if random.randrange(_PURGE_ONE_IN) == 0:
-            yield ("DELETE FROM idempotency WHERE expires < ?", (idempotency.now,))
+            statements.append(("DELETE FROM idempotency WHERE expires < ?", (idempotency.now,)))
+        return statements
+
+    def record(self, idempotency: Idempotency, outcome: dict[str, Any]) -> Program[None]:
+        """:meth:`record_statements` as the program's last step."""
+        yield Batch(tuple(self.record_statements(idempotency, outcome)), final=True)
 
     def history(self, key: StorageKey, last: int | None,
                 before: int | None) -> Program[HistoryPage]:
@@ -311,14 +289,12 @@ class SQLConversations:
         value), three when it is created.
         """
         where = (key.scope, key.scope_id, key.key)
-        select = ("SELECT id, count, next_pos FROM buffers "
-                  "WHERE scope = ? AND scope_id = ? AND key = ?" + self.lock_row)
+        select = _BUFFER_ROW + self.lock_row
         rows = yield (select, where)
         if not rows:
             if (yield ("SELECT 1 FROM kv WHERE scope = ? AND scope_id = ? AND key = ?", where)):
                 raise KeyConflict(f"key {key.key!r} holds a plain value, not a conversation")
-            yield ("INSERT INTO buffers (scope, scope_id, key) VALUES (?, ?, ?) "
-                   "ON CONFLICT (scope, scope_id, key) DO NOTHING", where)
+            yield (_NEW_BUFFER, where)
             rows = yield (select, where)
         return int(rows[0][0]), int(rows[0][1]), int(rows[0][2])
 
@@ -330,122 +306,34 @@ class SQLConversations:
     # -- the planner's view ---------------------------------------------------
     def open_and_view(self, key: StorageKey,
                       incoming: Sequence[Message]) -> Program[tuple[int, int, int, BufferView]]:
-        """:meth:`open_buffer` then :meth:`view` (a backend may do both in one statement)."""
-        buffer_id, count, next_pos = yield from self.open_buffer(key)
-        view = yield from self.view(buffer_id, incoming)
-        return buffer_id, count, next_pos, view
+        """``(id, count, next_pos)`` of the key's buffer, row-locked, and the planner's view.
 
-    def view(self, buffer_id: int, incoming: Sequence[Message]) -> Program[BufferView]:
-        """The planner's view in one statement: results and declarations of the ids
-        ``incoming`` mentions, and the pending calls when it heals (indexed look-ups)."""
-        parts, params = view_parts("?", (buffer_id,), incoming)
-        rows = (yield (" UNION ALL ".join(parts), params)) if parts else []
-        return view_from(rows)
-
-    # -- applying a plan ------------------------------------------------------
-    def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
-              max_messages: int | None) -> Program[tuple[int, int]]:
-        """Execute ``plan`` and the window; returns ``(count, appended)``."""
-        added: dict[int, int] = {}
-        appended = 0
-        for op in plan.ops:
-            if isinstance(op, AddEntry):
-                if (yield from self._add(buffer_id, next_pos, op)):
-                    added[op.ordinal] = next_pos
-                    next_pos += SLOT
-                    count += 1
-                    appended += 1
-            elif isinstance(op, ReplacePlaceholder):
-                rows = yield (_UPSERT_RESULT,
-                              (buffer_id, next_pos, op.call_id, 0, encode(op.message)))
-                if rows and int(rows[0][0]) == next_pos:  # the placeholder was gone: a new row
-                    next_pos, count, appended = next_pos + SLOT, count + 1, appended + 1
-            elif isinstance(op, HealTurn):
-                turn = added[op.turn.ordinal] if isinstance(op.turn, NewTurn) else op.turn
-                count += yield from self._heal(buffer_id, turn, op.call_ids)
-        if max_messages is not None and count > max_messages:
-            count -= yield from self._evict(buffer_id, count - max_messages)
-        yield ("UPDATE buffers SET count = ?, next_pos = ? WHERE id = ?",
-               (count, next_pos, buffer_id))
-        return count, appended
-
-    def _add(self, buffer_id: int, pos: int, op: AddEntry) -> Program[bool]:
-        body = encode(op.message)
-        if op.answers is not None:
-            rows = yield (_UPSERT_RESULT, (buffer_id, pos, op.answers, int(op.healed), body))
-            if not rows or int(rows[0][0]) != pos:
-                return False  # the unique key refused a duplicate (MEM-1)
-            yield ("DELETE FROM pending WHERE buffer_id = ? AND call_id = ?",
-                   (buffer_id, op.answers))
-        else:
-            yield ("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
-                   "VALUES (?, ?, ?, NULL, 0, ?)", (buffer_id, pos, op.message["role"], body))
-        yield from self._insert_calls("calls", buffer_id, pos, list(enumerate(op.declares)))
-        yield from self._insert_calls("pending", buffer_id, pos,
-                                      [(order, c) for c, order in op.opens])
-        return True
+        One batch: the row, then the view, which names the buffer by a subquery on
+        its key. Each statement reads after the one before it (on PostgreSQL, in
+        ``READ COMMITTED``, each takes its snapshot when it runs: after the row
+        lock was granted), so the view is authoritative under the lock. A new
+        buffer takes a second batch: refused when the key holds a value (the
+        insert is rolled back with the error), else inserted, locked and viewed.
+        """
+        where = (key.scope, key.scope_id, key.key)
+        view = self._view_statements(key, incoming)
+        row, *view_rows = yield Batch(((_BUFFER_ROW + self.lock_row, where), *view))
+        if not row:
+            value, _, row, *view_rows = yield Batch((
+                ("SELECT 1 FROM kv WHERE scope = ? AND scope_id = ? AND key = ?", where),
+                (_NEW_BUFFER, where), (_BUFFER_ROW + self.lock_row, where), *view))
+            if value:
+                raise KeyConflict(f"key {key.key!r} holds a plain value, not a conversation")
+        buffer_id, count, next_pos = row[0]
+        return (int(buffer_id), int(count), int(next_pos),
+                view_from(view_rows[0] if view_rows else []))
 
     @staticmethod
-    def _insert_calls(table: str, buffer_id: int, pos: int,
-                      calls: list[tuple[int, str]]) -> Program[None]:
-        """One multi-row insert of a turn's declarations (or its new pending calls)."""
-        if calls:
-            rows = ", ".join("(?, ?, ?, ?)" for _ in calls)
-            params = [value for order, call in calls for value in (buffer_id, call, pos, order)]
-            yield (f"INSERT INTO {table} (buffer_id, call_id, turn_pos, ord) VALUES {rows} "
-                   "ON CONFLICT DO NOTHING", params)
-
-    @staticmethod
-    def _heal(buffer_id: int, turn: int, call_ids: Sequence[str]) -> Program[int]:
-        """Placeholders after ``turn``'s block of results (MEM-3); returns how many."""
-        stop = yield ("SELECT pos FROM messages WHERE buffer_id = ? AND pos > ? "
-                      "AND role <> 'tool' ORDER BY pos LIMIT 1", (buffer_id, turn))
-        if stop:
-            end = yield ("SELECT pos FROM messages WHERE buffer_id = ? AND pos < ? "
-                         "ORDER BY pos DESC LIMIT 1", (buffer_id, stop[0][0]))
-        else:
-            end = yield ("SELECT pos FROM messages WHERE buffer_id = ? "
-                         "ORDER BY pos DESC LIMIT 1", (buffer_id,))
-        base = int(end[0][0])
-        for offset, call in enumerate(call_ids, start=1):
-            yield ("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
-                   "VALUES (?, ?, 'tool', ?, 1, ?)",
-                   (buffer_id, base + offset, call, encode(healed_placeholder(call))))
-            yield ("DELETE FROM pending WHERE buffer_id = ? AND call_id = ?", (buffer_id, call))
-        return len(call_ids)
-
-    def _evict(self, buffer_id: int, excess: int) -> Program[int]:
-        """The window, exactly as :mod:`flowmem.buffer` defines it; returns rows removed."""
-        cutoff = int((yield ("SELECT pos FROM messages WHERE buffer_id = ? ORDER BY pos "
-                             "LIMIT 1 OFFSET ?", (buffer_id, excess - 1)))[0][0])
-        affected = {row[0] for row in (yield (
-            "SELECT result_id FROM messages WHERE buffer_id = ? AND pos <= ? "
-            "AND result_id IS NOT NULL", (buffer_id, cutoff)))}
-        declared = {row[0] for row in (yield (
-            "SELECT call_id FROM calls WHERE buffer_id = ? AND turn_pos <= ?",
-            (buffer_id, cutoff)))}
-        yield ("DELETE FROM messages WHERE buffer_id = ? AND pos <= ?", (buffer_id, cutoff))
-        yield ("DELETE FROM calls WHERE buffer_id = ? AND turn_pos <= ?", (buffer_id, cutoff))
-        removed = excess
-        for call in sorted(declared):
-            if not (yield ("SELECT 1 FROM calls WHERE buffer_id = ? AND call_id = ? LIMIT 1",
-                           (buffer_id, call))):
-                removed += len((yield ("DELETE FROM messages WHERE buffer_id = ? "
-                                       "AND result_id = ? RETURNING pos", (buffer_id, call))))
-        for call in sorted(affected | declared):
-            yield from self._recompute_pending(buffer_id, call)
-        return removed
-
-    @staticmethod
-    def _recompute_pending(buffer_id: int, call: str) -> Program[None]:
-        yield ("DELETE FROM pending WHERE buffer_id = ? AND call_id = ?", (buffer_id, call))
-        first = yield ("SELECT turn_pos, ord FROM calls WHERE buffer_id = ? AND call_id = ? "
-                       "ORDER BY turn_pos LIMIT 1", (buffer_id, call))
-        answered = yield ("SELECT 1 FROM messages WHERE buffer_id = ? AND result_id = ?",
-                          (buffer_id, call))
-        if first and not answered:
-            yield ("INSERT INTO pending (buffer_id, call_id, turn_pos, ord) VALUES (?, ?, ?, ?)",
-                   (buffer_id, call, first[0][0], first[0][1]))
+    def _view_statements(key: StorageKey, incoming: Sequence[Message]) -> list[Statement]:
+        """The planner's view in (at most) one statement: results and declarations of the
+        ids ``incoming`` mentions, and the pending calls when it heals (indexed look-ups)."""
+        parts, params = view_parts(_BUFFER_ID, (key.scope, key.scope_id, key.key), incoming)
+        return [(" UNION ALL ".join(parts), params)] if parts else []
 
     # -- reading ----------------------------------------------------------------
     @staticmethod

@@ -1,0 +1,193 @@
+"""Applying an append plan in SQL: every statement known up front, sent as one batch.
+
+An append is planned (:func:`flowmem.plan.plan_append`) against a view read
+under the conversation's write lock (the buffer row ``FOR UPDATE`` on
+PostgreSQL, ``BEGIN IMMEDIATE`` on SQLite), so the view is authoritative and
+the outcome of every statement of the plan is known before it runs: each
+:class:`~flowmem.plan.AddEntry` takes the next position, each
+:class:`~flowmem.plan.ReplacePlaceholder` overwrites a placeholder the view
+holds. On the common path (no healing, no window to enforce) the whole
+apply, the buffer's row and the idempotency record are ONE final
+:class:`~flowmem.stores.sql_program.Batch` (PostgreSQL sends it with its
+``COMMIT``: one round trip).
+
+Every way a statement could differ from the plan is an error, never a silent
+difference: an entry is a plain ``INSERT`` (the ``(buffer, pos)`` and
+``(buffer, result id)`` unique keys refuse a position or a result the view
+did not know, so a result is never stored twice, MEM-1), and a replacement
+names the placeholder's own position, which is ``NULL`` — refused by
+``NOT NULL`` — when no placeholder is there (MEM-10). The rows are checked
+again after the batch (:class:`~flowmem.errors.StoreError`: a broken
+invariant). The error aborts the transaction, so nothing of the append is
+stored.
+
+Healing (MEM-3) reads where each healed turn's block of results ends (one
+round trip per healed turn, after the statements before it are sent) and the
+window reads what it evicts (:func:`evict`: one round trip); the rest still
+goes with the last batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from ..errors import StoreError
+from ..messages import healed_placeholder
+from ..plan import SLOT, AddEntry, AppendPlan, HealTurn, NewTurn, ReplacePlaceholder
+from .sql_program import Batch, Program, Rows, Statement, encode
+
+__all__ = ["apply_plan"]
+
+_INSERT_ENTRY: Final = ("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
+                        "VALUES (?, ?, ?, ?, ?, ?)")
+# The placeholder's position, or NULL (refused by NOT NULL, checked before the
+# conflict) when no placeholder holds the id: the upsert then overwrites it in place.
+_REPLACE: Final = (
+    "INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) VALUES "
+    "(?, (SELECT pos FROM messages WHERE buffer_id = ? AND result_id = ? AND healed = 1), "
+    "'tool', ?, 0, ?) "
+    "ON CONFLICT (buffer_id, result_id) WHERE result_id IS NOT NULL DO UPDATE "
+    "SET body = excluded.body, healed = 0 RETURNING pos"
+)
+_UNPEND: Final = "DELETE FROM pending WHERE buffer_id = ? AND call_id = ?"
+_SAVE: Final = "UPDATE buffers SET count = ?, next_pos = ? WHERE id = ? RETURNING 1"
+_BLOCK_END: Final = (  # the last entry before the first non-result after the turn
+    "SELECT pos FROM messages WHERE buffer_id = ? AND pos < coalesce("
+    "(SELECT pos FROM messages WHERE buffer_id = ? AND pos > ? AND role <> 'tool' "
+    "ORDER BY pos LIMIT 1), 9223372036854775807) ORDER BY pos DESC LIMIT 1"
+)
+_ROWS_EXPECTED: Final = (_REPLACE, _SAVE)  # statements that must return exactly one row
+
+Then = Callable[[int, int], Sequence[Statement]]
+"""The statements that end the transaction with the append, given ``(count, appended)``."""
+
+
+def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
+               max_messages: int | None, then: Then) -> Program[tuple[int, int]]:
+    """Execute ``plan``, the window and ``then``'s statements; returns ``(count, appended)``.
+
+    Ends the program: its last step is a final :class:`Batch`.
+    """
+    queued: list[Statement] = []
+    added: dict[int, int] = {}
+    appended = 0
+    for op in plan.ops:
+        if isinstance(op, AddEntry):
+            added[op.ordinal] = next_pos
+            queued += _add(buffer_id, next_pos, op)
+            next_pos, count, appended = next_pos + SLOT, count + 1, appended + 1
+        elif isinstance(op, ReplacePlaceholder):
+            queued.append((_REPLACE, (buffer_id, buffer_id, op.call_id, op.call_id,
+                                      encode(op.message))))
+        elif isinstance(op, HealTurn):
+            yield from _send(queued)
+            turn = added[op.turn.ordinal] if isinstance(op.turn, NewTurn) else op.turn
+            queued = yield from _heal(buffer_id, turn, op.call_ids)
+            count += len(op.call_ids)
+    if max_messages is not None and count > max_messages:
+        removed, queued = yield from evict(buffer_id, count - max_messages, queued)
+        count -= removed
+    queued.append((_SAVE, (count, next_pos, buffer_id)))
+    queued += then(count, appended)
+    yield from _send(queued, final=True)
+    return count, appended
+
+
+def _send(statements: list[Statement], *, final: bool = False) -> Program[list[Rows]]:
+    """Run ``statements`` as one batch and check the rows the plan expects."""
+    if not statements:
+        return []
+    answers: list[Rows] = yield Batch(tuple(statements), final)
+    for (sql, _), rows in zip(statements, answers, strict=True):
+        if sql in _ROWS_EXPECTED and len(rows) != 1:
+            raise StoreError("the stored conversation does not match the view its append "
+                             "was planned on (a broken invariant); nothing was stored")
+    return answers
+
+
+def _add(buffer_id: int, pos: int, op: AddEntry) -> list[Statement]:
+    body = encode(op.message)
+    if op.answers is None:
+        statements: list[Statement] = [(_INSERT_ENTRY, (buffer_id, pos, op.message["role"],
+                                                         None, 0, body))]
+    else:
+        statements = [(_INSERT_ENTRY, (buffer_id, pos, "tool", op.answers, int(op.healed), body)),
+                      (_UNPEND, (buffer_id, op.answers))]
+    statements += _insert_calls("calls", buffer_id, pos, list(enumerate(op.declares)))
+    statements += _insert_calls("pending", buffer_id, pos, [(order, c) for c, order in op.opens])
+    return statements
+
+
+def _insert_calls(table: str, buffer_id: int, pos: int,
+                  calls: list[tuple[int, str]]) -> list[Statement]:
+    """One multi-row insert of a turn's declarations (or its new pending calls)."""
+    if not calls:
+        return []
+    rows = ", ".join("(?, ?, ?, ?)" for _ in calls)
+    params = [value for order, call in calls for value in (buffer_id, call, pos, order)]
+    return [(f"INSERT INTO {table} (buffer_id, call_id, turn_pos, ord) VALUES {rows} "
+             "ON CONFLICT DO NOTHING", params)]
+
+
+def _heal(buffer_id: int, turn: int, call_ids: Sequence[str]) -> Program[list[Statement]]:
+    """The statements of the placeholders after ``turn``'s block of results (MEM-3)."""
+    end = yield (_BLOCK_END, (buffer_id, buffer_id, turn))
+    base = int(end[0][0])
+    statements: list[Statement] = []
+    for offset, call in enumerate(call_ids, start=1):
+        statements += [(_INSERT_ENTRY, (buffer_id, base + offset, "tool", call, 1,
+                                        encode(healed_placeholder(call)))),
+                       (_UNPEND, (buffer_id, call))]
+    return statements
+
+
+def evict(buffer_id: int, excess: int,
+          before: list[Statement]) -> Program[tuple[int, list[Statement]]]:
+    """The window, exactly as :mod:`flowmem.buffer` defines it: sends ``before``, then
+    reads what the ``excess`` oldest entries take with them (one batch); returns how
+    many rows go and the statements that remove them (for the last batch)."""
+    cut = "(SELECT pos FROM messages WHERE buffer_id = ? ORDER BY pos LIMIT 1 OFFSET ?)"
+    at = (buffer_id, excess - 1)
+    evicted = f"(SELECT call_id FROM calls WHERE buffer_id = ? AND turn_pos <= {cut})"
+    answers = yield from _send([
+        *before,
+        (cut[1:-1], at),
+        (f"SELECT result_id FROM messages WHERE buffer_id = ? AND pos <= {cut} "
+         "AND result_id IS NOT NULL", (buffer_id, *at)),
+        (f"SELECT call_id FROM calls WHERE buffer_id = ? AND turn_pos <= {cut}",
+         (buffer_id, *at)),
+        (f"SELECT DISTINCT call_id FROM calls WHERE buffer_id = ? AND turn_pos > {cut} "
+         f"AND call_id IN {evicted}", (buffer_id, *at, buffer_id, *at)),
+        (f"SELECT result_id FROM messages WHERE buffer_id = ? AND pos > {cut} "
+         f"AND result_id IN {evicted}", (buffer_id, *at, buffer_id, *at)),
+    ])
+    cutoff_rows, affected_rows, declared_rows, kept_rows, results_rows = answers[-5:]
+    cutoff = int(cutoff_rows[0][0])
+    declared = {row[0] for row in declared_rows}
+    orphans = sorted(declared - {row[0] for row in kept_rows})  # no declaration is left
+    touched = sorted({row[0] for row in affected_rows} | declared)
+    statements: list[Statement] = [
+        ("DELETE FROM messages WHERE buffer_id = ? AND pos <= ?", (buffer_id, cutoff)),
+        ("DELETE FROM calls WHERE buffer_id = ? AND turn_pos <= ?", (buffer_id, cutoff))]
+    if orphans:
+        statements.append((f"DELETE FROM messages WHERE buffer_id = ? AND result_id IN "
+                            f"({_marks(orphans)})", (buffer_id, *orphans)))
+    if touched:  # each one's pending call again: its first declaration left, if unanswered
+        statements += [
+            (f"DELETE FROM pending WHERE buffer_id = ? AND call_id IN ({_marks(touched)})",
+             (buffer_id, *touched)),
+            ("INSERT INTO pending (buffer_id, call_id, turn_pos, ord) "
+             "SELECT c.buffer_id, c.call_id, c.turn_pos, c.ord FROM calls AS c "
+             f"WHERE c.buffer_id = ? AND c.call_id IN ({_marks(touched)}) "
+             "AND c.turn_pos = (SELECT min(turn_pos) FROM calls AS d "
+             "WHERE d.buffer_id = c.buffer_id AND d.call_id = c.call_id) "
+             "AND NOT EXISTS (SELECT 1 FROM messages AS m "
+             "WHERE m.buffer_id = c.buffer_id AND m.result_id = c.call_id)",
+             (buffer_id, *touched))]
+    orphaned = sum(1 for row in results_rows if row[0] in set(orphans))
+    return excess + orphaned, statements
+
+
+def _marks(items: Sequence[object]) -> str:
+    return ", ".join("?" for _ in items)
