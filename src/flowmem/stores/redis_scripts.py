@@ -225,7 +225,7 @@ local function put(p, body, info)
   if info then redis.call('HSET', INFO, p, info) end
 end
 
--- the result upsert of sql._UPSERT_RESULT: write at p when the id has no result;
+-- a result, as the SQL stores write it (MEM-1, MEM-10): write at p when the id has no result;
 -- overwrite a healed placeholder in place when this one is real; else nothing
 local function upsert(id, p, body, healed)
   touched[id] = true

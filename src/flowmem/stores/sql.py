@@ -38,10 +38,10 @@ from ..entries import derive_indexes, edit_entries
 from ..errors import IdempotencyConflict, KeyConflict
 from ..ids import is_healed
 from ..messages import Message
-from ..plan import BufferView, PendingCall, mentioned_ids, needs_pending, plan_append
+from ..plan import AppendPlan, BufferView, PendingCall, mentioned_ids, needs_pending, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency, plan_stats
-from .sql_apply import apply_plan
+from .sql_apply import Then, apply_plan
 from .sql_program import (
     AsyncExecute,
     Batch,
@@ -198,9 +198,15 @@ class SQLConversations:
                 return []
             return self.record_statements(idempotency, {"count": count, "appended": appended})
 
-        count, appended = yield from apply_plan(buffer_id, count, next_pos, plan, max_messages,
+        count, appended = yield from self.apply(buffer_id, count, next_pos, plan, max_messages,
                                                 then)
         return AppendOutcome(count, appended, serialized, plan_stats(plan))
+
+    def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
+              max_messages: int | None, then: Then) -> Program[tuple[int, int]]:
+        """Execute ``plan`` (:func:`~flowmem.stores.sql_apply.apply_plan`); a backend
+        that keeps a copy of the view learns what the plan did here."""
+        return (yield from apply_plan(buffer_id, count, next_pos, plan, max_messages, then))
 
     # -- idempotency keys (recorded in the transaction of the change they guard) ----
     @staticmethod

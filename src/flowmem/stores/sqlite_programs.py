@@ -1,10 +1,11 @@
 """SQLite's variant of the shared SQL programs: one statement for the view, none when hot.
 
-PostgreSQL reads a buffer's row ``FOR UPDATE`` (which a ``UNION`` cannot
-carry), so the shared program (:mod:`flowmem.stores.sql`) reads the row, then
-the planner's view. Under SQLite's ``BEGIN IMMEDIATE`` the write lock is
-already held, so both are one statement: a CTE names the buffer and every
-part of the view looks it up by that subquery.
+The shared program (:mod:`flowmem.stores.sql`) reads the buffer's row
+(``FOR UPDATE`` on PostgreSQL) and then the planner's view, as one batch
+that PostgreSQL sends in one round trip. SQLite has no round trips to save
+but pays per statement; under its ``BEGIN IMMEDIATE`` the write lock is
+already held, so the row and the view are ONE statement here: a CTE names
+the buffer and every part of the view looks it up by that subquery.
 
 A connection's programs also keep its hot buffers (:mod:`.sqlite_hot`): when
 no other connection has committed since, the common append reads no view at
@@ -21,6 +22,7 @@ from ..messages import Message
 from ..plan import AppendPlan, BufferView, PendingCall
 from ..scopes import StorageKey
 from .sql import Program, SQLConversations, view_from, view_parts
+from .sql_apply import Then
 from .sqlite_hot import HotBuffer, HotBuffers
 
 __all__ = ["SQLiteConversations"]
@@ -81,9 +83,9 @@ class SQLiteConversations(SQLConversations):
         return buffer.buffer_id, buffer.count, buffer.next_pos, buffer.view()
 
     def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
-              max_messages: int | None) -> Program[tuple[int, int]]:
+              max_messages: int | None, then: Then) -> Program[tuple[int, int]]:
         target, self._target = self._target, None
-        done = yield from super().apply(buffer_id, count, next_pos, plan, max_messages)
+        done = yield from super().apply(buffer_id, count, next_pos, plan, max_messages, then)
         if target is not None and self.hot is not None:
             names, buffer = target
             if done == (count + plan.appended + plan.healed, plan.appended):
