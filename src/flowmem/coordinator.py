@@ -17,7 +17,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, Final, TypeVar
 
 from .buffer import check_max_messages
@@ -28,7 +28,7 @@ from .messages import Message, canonical_message, canonical_messages, json_copy
 from .metrics import Metrics
 from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from .scopes import ExecutionContext, StorageKey, resolve_scope
-from .store import Idempotency
+from .store import AppendOutcome, Idempotency
 
 __all__ = [
     "DEFAULT_IDEMPOTENCY_TTL",
@@ -71,6 +71,11 @@ class StoreCall:
 Operation = Generator[StoreCall, Any, T]
 """A coordinator operation: yields store calls, receives their answers, returns the result."""
 
+PreparedAppend = tuple[StorageKey, list[Message], int | None, Idempotency | None]
+"""An append's store call: where, the canonical messages, the window, the idempotency."""
+Loader = Callable[[], list[Message]]
+AsyncLoader = Callable[[], Awaitable[list[Message]]]
+
 
 def _check_key(key: Any) -> str:
     """A key is text every backend can index: 1..MAX_KEY_LENGTH chars, no NUL/surrogate."""
@@ -94,6 +99,11 @@ def _fingerprint(operation: str, where: StorageKey, payload: Any) -> str:
     text = json.dumps([operation, where.scope, where.scope_id, where.key, payload],
                       ensure_ascii=True, separators=(",", ":"), sort_keys=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def _keyword(idempotency: Idempotency | None) -> dict[str, Idempotency]:
+    """The ``idempotency`` keyword of a store call (none without a key)."""
+    return {} if idempotency is None else {"idempotency": idempotency}
 
 
 def _check_limit(limit: Any) -> int:
@@ -120,19 +130,18 @@ class MemoryCore:
         self.backend = backend
 
     def _idempotency(self, idempotency_key: str | None, operation: str, where: StorageKey,
-                     payload: Any) -> dict[str, Idempotency]:
-        """The store keyword for an idempotency key (none without one)."""
+                     payload: Any) -> Idempotency | None:
+        """The store's ``idempotency`` argument for a key (``None`` without one)."""
         if idempotency_key is None:
-            return {}
+            return None
         if (not isinstance(idempotency_key, str) or not idempotency_key
                 or len(idempotency_key) > MAX_IDEMPOTENCY_KEY_LENGTH
                 or not is_key_text(idempotency_key)):
             raise InvalidInput(f"idempotency_key must be a non-empty string of at most "
                                f"{MAX_IDEMPOTENCY_KEY_LENGTH} characters, got "
                                f"{idempotency_key!r}")
-        return {"idempotency": Idempotency(idempotency_key,
-                                           _fingerprint(operation, where, payload),
-                                           self.idempotency_ttl, time.time())}
+        return Idempotency(idempotency_key, _fingerprint(operation, where, payload),
+                           self.idempotency_ttl, time.time())
 
     # -- the one refusal decision (MEM-6, MEM-7, MEM-13) --------------------
     def _locate(self, operation: str, scope: str, key: Any,
@@ -172,7 +181,7 @@ class MemoryCore:
         if where is None:
             return WriteResult(False, scope, "", refused=True)
         yield StoreCall("write", (where, copied),
-                        self._idempotency(idempotency_key, "write", where, copied))
+                        _keyword(self._idempotency(idempotency_key, "write", where, copied)))
         return WriteResult(True, scope, where.scope_id)
 
     def _delete(self, scope: str, key: str, context: ExecutionContext | None,
@@ -181,13 +190,32 @@ class MemoryCore:
         if where is None:
             return DeleteResult(False, False, scope, "", refused=True)
         found = yield StoreCall("delete", (where,),
-                                self._idempotency(idempotency_key, "delete", where, None))
+                                _keyword(self._idempotency(idempotency_key, "delete", where,
+                                                           None)))
         return DeleteResult(True, found, scope, where.scope_id)
 
     def _append(self, scope: str, key: str, incoming: Message | Sequence[Message],
                 context: ExecutionContext | None, max_messages: int | None,
                 idempotency_key: str | None = None,
                 format: str = "canonical") -> Operation[ScopedAppendResult]:
+        prepared = self._append_call(scope, key, incoming, context, max_messages,
+                                     idempotency_key, format)
+        if isinstance(prepared, ScopedAppendResult):
+            return prepared  # refused (MEM-7): no store call
+        where, canonical, window, idempotency = prepared
+        options: dict[str, Any] = {"max_messages": window, "lock_timeout": self.lock_timeout}
+        if idempotency is not None:
+            options["idempotency"] = idempotency
+        outcome = yield StoreCall("append", (where, canonical), options)
+        return self._append_result(where, outcome)
+
+    # The two halves of :meth:`_append`, for a face that calls the store directly
+    # (no metrics: nothing to time) and so spares the generator protocol per append.
+    def _append_call(self, scope: str, key: str, incoming: Message | Sequence[Message],
+                     context: ExecutionContext | None, max_messages: int | None,
+                     idempotency_key: str | None, format: str,
+                     ) -> PreparedAppend | ScopedAppendResult:
+        """Validate and locate an append: the store call's arguments, or the refused result."""
         canonical = (canonical_messages(incoming) if format == "canonical"
                      else to_canonical(incoming, format))
         window = check_max_messages(max_messages)
@@ -195,23 +223,25 @@ class MemoryCore:
         if where is None:
             return ScopedAppendResult(scope=scope, resolved_scope_id="", refused=True, count=0,
                                       appended=0, messages=[])
-        options: dict[str, Any] = {"max_messages": window, "lock_timeout": self.lock_timeout}
-        if idempotency_key is not None:
-            options.update(self._idempotency(idempotency_key, "append", where,
-                                             [canonical, window]))
-        outcome = yield StoreCall("append", (where, canonical), options)
+        idempotency = (None if idempotency_key is None else
+                       self._idempotency(idempotency_key, "append", where, [canonical, window]))
+        return where, canonical, window, idempotency
+
+    def _append_result(self, where: StorageKey, outcome: AppendOutcome) -> ScopedAppendResult:
+        """The result of an append the store answered with ``outcome`` (MEM-12 warning)."""
         if self.metrics is not None:
             self.metrics.appended(self.backend, outcome)
         if not outcome.serialized:
             logger.warning("flowmem: lock of %r not had within %.3fs; append ran unserialized "
                            "(MEM-12)", where, self.lock_timeout)
+        load, aload = self._loader(where)
         return ScopedAppendResult(
-            scope=scope, resolved_scope_id=where.scope_id, serialized=outcome.serialized,
+            scope=where.scope, resolved_scope_id=where.scope_id, serialized=outcome.serialized,
             count=outcome.count, appended=outcome.appended, replayed=outcome.replayed,
-            **self._loader(where))
+            load=load, aload=aload)
 
-    def _loader(self, where: StorageKey) -> dict[str, Any]:
-        """How an append result reads its buffer on this face (``load`` or ``aload``)."""
+    def _loader(self, where: StorageKey) -> tuple[Loader | None, AsyncLoader | None]:
+        """How an append result reads its buffer on this face: ``(load, aload)``."""
         raise NotImplementedError
 
     def _history(self, scope: str, key: str, context: ExecutionContext | None,
