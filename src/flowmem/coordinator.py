@@ -77,6 +77,9 @@ Loader = Callable[[], list[Message]]
 AsyncLoader = Callable[[], Awaitable[list[Message]]]
 
 
+_NO_CONTEXT: Final = object()
+
+
 def _check_key(key: Any) -> str:
     """A key is text every backend can index: 1..MAX_KEY_LENGTH chars, no NUL/surrogate."""
     if (not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH
@@ -128,6 +131,8 @@ class MemoryCore:
         self.idempotency_ttl = idempotency_ttl
         self.metrics = metrics
         self.backend = backend
+        # the last successful resolution (scope, key, context, where); see _locate
+        self._last_where: tuple[str, str, object, StorageKey | None] = ("", "", _NO_CONTEXT, None)
 
     def _idempotency(self, idempotency_key: str | None, operation: str, where: StorageKey,
                      payload: Any) -> Idempotency | None:
@@ -146,9 +151,19 @@ class MemoryCore:
     # -- the one refusal decision (MEM-6, MEM-7, MEM-13) --------------------
     def _locate(self, operation: str, scope: str, key: Any,
                 context: ExecutionContext | None) -> StorageKey | None:
+        last = self._last_where
+        if last[2] is context and last[0] is scope and last[1] == key and type(key) is str:
+            return last[3]  # the same key under the same (frozen) context: resolved before
         checked = _check_key(key)
         scope_id = self._scope_id(operation, scope, context, checked)
-        return None if scope_id is None else StorageKey(scope, scope_id, checked)
+        if scope_id is None:
+            return None
+        where = StorageKey(scope, scope_id, checked)
+        if type(context) is ExecutionContext and type(key) is str:
+            # an ExecutionContext is frozen and its ids are str/int, so the same
+            # object resolves the same way again; other context objects are not cached
+            self._last_where = (scope, key, context, where)
+        return where
 
     def _scope_id(self, operation: str, scope: str, context: ExecutionContext | None,
                   what: str) -> str | None:
