@@ -41,13 +41,18 @@ from bench.workload import DEFAULT_SEED, stream
 URLS = ("memory://", "sqlite:///{dir}/normal.db?synchronous=normal")
 
 
-def measure(url: str, messages: int, warmup: int) -> float:
-    """CPU µs per message of ``messages`` one-message appends after ``warmup`` ones."""
+def measure(url: str, messages: int, warmup: int, generate: int = 0) -> float:
+    """CPU µs per message of ``messages`` one-message appends after ``warmup`` ones.
+
+    ``generate``: how many workload messages to make beforehand (at least enough), so
+    that two callgrind runs of different lengths differ by the appends alone.
+    """
     from flowmem import ExecutionContext
     from flowmem.memory import Memory
 
     context = ExecutionContext(session_id="append-cpu")
-    batch = list(islice(stream(DEFAULT_SEED), warmup + messages))
+    batch = list(islice(stream(DEFAULT_SEED), max(generate, warmup + messages)))
+    batch = batch[:warmup + messages]
     with tempfile.TemporaryDirectory() as workdir, \
             Memory.from_url(url.format(dir=workdir)) as memory:
         append = memory.append
@@ -68,7 +73,8 @@ def measure(url: str, messages: int, warmup: int) -> float:
 
 def _child(python: str, url: str, messages: int, warmup: int) -> float:
     out = subprocess.run([python, __file__, "--child", url, "--messages", str(messages),
-                          "--warmup", str(warmup)], check=True, capture_output=True, text=True)
+                          "--warmup", str(warmup)], check=True, capture_output=True, text=True,
+                         cwd=Path(__file__).parent)
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -79,8 +85,8 @@ def _callgrind(python: str, url: str, messages: int, warmup: int) -> float:
         with tempfile.TemporaryDirectory() as out:
             subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg",
                             python, __file__, "--child", url, "--messages", str(max(n, 1)),
-                            "--warmup", str(warmup)],
-                           check=True, capture_output=True, text=True)
+                            "--warmup", str(warmup), "--generate", str(warmup + messages)],
+                           check=True, capture_output=True, text=True, cwd=Path(__file__).parent)
             text = Path(f"{out}/cg").read_text()
         found = re.search(r"^summary:\s+(\d+)", text, re.M) or re.search(
             r"^totals:\s+(\d+)", text, re.M)
@@ -98,9 +104,10 @@ def main() -> None:
     parser.add_argument("--python", action="append", help="interpreters to compare")
     parser.add_argument("--callgrind", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--generate", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(measure(args.child, args.messages, args.warmup))
+        print(measure(args.child, args.messages, args.warmup, args.generate))
         return
     urls = args.url or list(URLS)
     pythons = args.python or [sys.executable]

@@ -17,7 +17,7 @@ from ..messages import Message, json_copy
 from ..plan import plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency, plan_stats
-from .locks import KeyLocks
+from .locks import KeyLocks, stripe_of
 
 __all__ = ["InMemoryStore"]
 
@@ -29,18 +29,26 @@ class _Value:
         self.value = value
 
 
+Names = tuple[str, str, str]
+"""A storage key as the dict holds it: a tuple hashes and compares in C (the hot path)."""
+
+
+def _names(key: StorageKey) -> Names:
+    return (key.scope, key.scope_id, key.key)
+
+
 class InMemoryStore:
     """Values and conversations in a dict; thread-safe; per-key MEM-12 locks."""
 
     def __init__(self) -> None:
-        self._data: dict[StorageKey, _Value | ConversationBuffer] = {}
+        self._data: dict[Names, _Value | ConversationBuffer] = {}
         self._mutex = threading.RLock()  # the store's own atomicity, held briefly
         self._locks = KeyLocks()
         self._keys: dict[str, tuple[str, Any, float]] = {}  # idempotency key -> record
 
     def read(self, key: StorageKey) -> tuple[bool, Any]:
         with self._mutex:
-            held = self._data.get(key)
+            held = self._data.get(_names(key))
             if held is None:
                 return False, None
             if isinstance(held, ConversationBuffer):
@@ -52,7 +60,7 @@ class InMemoryStore:
         copied = json_copy(value)
         with self._mutex:
             if self._replay(idempotency) is None:
-                self._data[key] = _Value(copied)
+                self._data[_names(key)] = _Value(copied)
                 self._record(idempotency, True)
 
     def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
@@ -60,7 +68,7 @@ class InMemoryStore:
             first = self._replay(idempotency)
             if first is not None:
                 return bool(first)
-            found = self._data.pop(key, None) is not None
+            found = self._data.pop(_names(key), None) is not None
             self._record(idempotency, found)
             return found
 
@@ -86,9 +94,16 @@ class InMemoryStore:
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
                idempotency: Idempotency | None = None) -> AppendOutcome:
-        with self._locks.hold(key, lock_timeout) as serialized:
+        # the MEM-12 lock without a lock file is one thread lock: taken directly
+        lock = self._locks.thread_lock(stripe_of(key))
+        if not lock.acquire(True, max(lock_timeout, 0.0)):
             return self.apply_append(key, incoming, max_messages=max_messages,
-                                     serialized=serialized, idempotency=idempotency)
+                                     serialized=False, idempotency=idempotency)
+        try:
+            return self.apply_append(key, incoming, max_messages=max_messages,
+                                     idempotency=idempotency)
+        finally:
+            lock.release()
 
     def apply_append(self, key: StorageKey, incoming: Sequence[Message], *,
                      max_messages: int | None, serialized: bool = True,
@@ -99,7 +114,7 @@ class InMemoryStore:
                 first = self._replay(idempotency)
                 if first is not None:
                     return AppendOutcome(first[0], first[1], serialized, replayed=True)
-            buffer = self._data.get(key)
+            buffer = self._data.get((key.scope, key.scope_id, key.key))
             if type(buffer) is not ConversationBuffer:
                 buffer = self._buffer(key, create=True)
                 assert buffer is not None
@@ -111,11 +126,12 @@ class InMemoryStore:
             return AppendOutcome(count, plan.appended, serialized, plan_stats(plan))
 
     def _buffer(self, key: StorageKey, *, create: bool) -> ConversationBuffer | None:
-        held = self._data.get(key)
+        names = _names(key)
+        held = self._data.get(names)
         if isinstance(held, _Value):
             raise KeyConflict(f"key {key.key!r} holds a plain value, not a conversation")
         if held is None and create:
-            held = self._data[key] = ConversationBuffer()
+            held = self._data[names] = ConversationBuffer()
         return held
 
     def history(self, key: StorageKey, *, last: int | None = None,
@@ -137,9 +153,9 @@ class InMemoryStore:
     def keys(self, scope: str, scope_id: str, *, prefix: str = "",
              after: str | None = None, limit: int = 100) -> list[str]:
         with self._mutex:
-            found = sorted(k.key for k in self._data
-                           if k.scope == scope and k.scope_id == scope_id
-                           and k.key.startswith(prefix) and (after is None or k.key > after))
+            found = sorted(name for (kind, owner, name) in self._data
+                           if kind == scope and owner == scope_id
+                           and name.startswith(prefix) and (after is None or name > after))
         return found[:limit]
 
     def lock(self, key: StorageKey, timeout: float) -> AbstractContextManager[bool]:
