@@ -86,6 +86,10 @@ def _copy_mapping(value: Mapping[Any, Any], depth: int) -> dict[str, Any]:
             if not isinstance(key, str):
                 raise _NotJSON(f"object key {key!r} is not a string")
             key = str.__str__(key)
+        kind = type(item)
+        if kind is str or item is None or kind is bool:  # a leaf is its own copy: no call
+            copied[key] = item
+            continue
         try:
             copied[key] = _copy(item, depth + 1)
         except _NotJSON as exc:
@@ -122,6 +126,10 @@ def _copy_other(value: Any, depth: int) -> Any:
 def _copy_list(value: list[Any] | tuple[Any, ...], depth: int) -> list[Any]:
     copied = []
     for index, item in enumerate(value):
+        kind = type(item)
+        if kind is str or item is None or kind is bool:  # a leaf is its own copy: no call
+            copied.append(item)
+            continue
         try:
             copied.append(_copy(item, depth + 1))
         except _NotJSON as exc:
@@ -194,10 +202,12 @@ def canonical_message(message: Any, *, index: int | None = None,
             raise MessageTypeError(f"field name {key!r} is not a string", index=index, where=where)
         # a plain string is its own copy: the common field, without the walk
         metadata[key] = value if type(value) is str else _field_copy(value, key, index, where)
-    _check_pairing_fields(metadata, index, where)
-    answered = result_id(message)
-    if answered is not None:
-        metadata["tool_call_id"] = answered
+    if "tool_calls" in metadata:
+        _check_pairing_fields(metadata, index, where)
+    if role == "tool":
+        answered = result_id(message)
+        if answered is not None:
+            metadata["tool_call_id"] = answered
     if content is not None and type(content) is not str:
         content = _field_copy(content, "content", index, where)
     return {"role": role, "content": content, "metadata": metadata}
@@ -263,7 +273,7 @@ def _check_pairing_fields(metadata: dict[str, Any], index: int | None, where: st
 
 def canonical_messages(messages: Any, *, where: str = "incoming") -> list[Message]:
     """Validate one message or a list of them; all or nothing."""
-    if isinstance(messages, Mapping):
+    if type(messages) is dict or isinstance(messages, Mapping):
         return [canonical_message(messages, where=where)]
     if not isinstance(messages, list | tuple):
         raise MessageTypeError(f"expected a message or a list of messages, "

@@ -33,6 +33,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from ._frozen import quick_init
 from .ids import declared_call_ids, is_healed, result_id
 from .messages import Message
 
@@ -56,6 +57,7 @@ SLOT: Final = 1 << 20
 """Distance between the positions of two appended entries."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class NewTurn:
     """A turn added by this same append: the ``ordinal``-th :class:`AddEntry`."""
@@ -67,6 +69,7 @@ TurnRef = int | NewTurn
 """A declaring turn: a stored position, or a turn this append adds."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PendingCall:
     """A declared call with no result yet: its id, declaring turn and index in it."""
@@ -76,6 +79,7 @@ class PendingCall:
     order: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class BufferView:
     """What a store tells the planner about the buffer before an append.
@@ -96,6 +100,7 @@ class BufferView:
     pending: Iterable[PendingCall] = ()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AddEntry:
     """Append ``message`` as a new entry at the end of the buffer.
@@ -113,6 +118,7 @@ class AddEntry:
     opens: tuple[tuple[str, int], ...] = ()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ReplacePlaceholder:
     """Overwrite the healed placeholder of ``call_id`` in place (MEM-10)."""
@@ -121,6 +127,7 @@ class ReplacePlaceholder:
     message: Message
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class HealTurn:
     """Insert placeholders for ``call_ids`` after ``turn``'s block of results (MEM-3)."""
@@ -132,6 +139,7 @@ class HealTurn:
 Op = AddEntry | ReplacePlaceholder | HealTurn
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AppendPlan:
     """The operations of one append, in order, and how many entries it adds.
