@@ -222,16 +222,22 @@ class _Planner:
 
     def assistant(self, message: Message) -> None:
         ids = declared_call_ids(message)
+        if not ids:
+            self.add(message)  # MEM-2: a turn declaring no (usable) ids is never dropped
+            return
         declared, known = self.declared, self.view.declared
-        if ids and all(i in declared or i in known for i in ids):
+        for i in ids:
+            if i not in declared and i not in known:
+                break
+        else:
             self.dropped_turns += 1  # MEM-2: every id already declared
             return
-        ordinal = self.adds
+        turn = NewTurn(self.adds)
         opens: list[tuple[str, int]] = []
         for order, call in enumerate(ids):
             # an id declared before is already pending at its first turn, or answered
             if call not in declared and call not in known and self.held(call) is None:
-                self.pending[call] = PendingCall(call, NewTurn(ordinal), order)
+                self.pending[call] = PendingCall(call, turn, order)
                 opens.append((call, order))
             declared.add(call)
         self.add(message, declares=tuple(ids), opens=tuple(opens))
@@ -248,6 +254,8 @@ class _Planner:
         return calls
 
     def heal(self) -> None:
+        if not self.pending and not (self.view_pending and self.view.pending):
+            return  # nothing unanswered (an iterable that is not a sized one is read below)
         unanswered = self.unanswered()
         if not unanswered:
             return
