@@ -163,16 +163,22 @@ def mentioned_ids(incoming: Sequence[Message]) -> set[str]:
     """The ids a store must look up for :attr:`BufferView.results`/``declared``."""
     ids: set[str] = set()
     for message in incoming:
-        ids.update(declared_call_ids(message))
-        answered = result_id(message)
-        if answered is not None:
-            ids.add(answered)
+        role = message["role"]
+        if role == "assistant":
+            ids.update(declared_call_ids(message))
+        elif role == "tool":
+            answered = result_id(message)
+            if answered is not None:
+                ids.add(answered)
     return ids
 
 
 def needs_pending(incoming: Sequence[Message]) -> bool:
     """Whether the append heals, so the store must list the unanswered calls."""
-    return any(message["role"] == "user" for message in incoming)
+    for message in incoming:  # noqa: SIM110 - a loop, not any(generator): every append
+        if message["role"] == "user":
+            return True
+    return False
 
 
 class _Planner:

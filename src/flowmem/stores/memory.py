@@ -44,6 +44,7 @@ class InMemoryStore:
         self._data: dict[Names, _Value | ConversationBuffer] = {}
         self._mutex = threading.RLock()  # the store's own atomicity, held briefly
         self._locks = KeyLocks()
+        self._hot: tuple[StorageKey | None, threading.Lock] = (None, threading.Lock())
         self._keys: dict[str, tuple[str, Any, float]] = {}  # idempotency key -> record
 
     def read(self, key: StorageKey) -> tuple[bool, Any]:
@@ -95,7 +96,12 @@ class InMemoryStore:
                max_messages: int | None, lock_timeout: float,
                idempotency: Idempotency | None = None) -> AppendOutcome:
         # the MEM-12 lock without a lock file is one thread lock: taken directly
-        lock = self._locks.thread_lock(stripe_of(key))
+        hot = self._hot
+        if hot[0] is key:  # the same (frozen) key as the last append: the same lock
+            lock = hot[1]
+        else:
+            lock = self._locks.thread_lock(stripe_of(key))
+            self._hot = (key, lock)
         if not lock.acquire(True, max(lock_timeout, 0.0)):
             return self.apply_append(key, incoming, max_messages=max_messages,
                                      serialized=False, idempotency=idempotency)
