@@ -168,7 +168,9 @@ def result_id(message: Mapping[str, Any]) -> str | None:
     """
     if message.get("role") != "tool":
         return None
-    found = usable_id(message.get("tool_call_id"))
+    found = message.get("tool_call_id")  # absent in the canonical shape: no call then
+    if found is not None:
+        found = usable_id(found)
     if found is None:
         metadata = message.get("metadata")
         if type(metadata) is dict or isinstance(metadata, Mapping):

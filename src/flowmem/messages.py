@@ -90,8 +90,11 @@ def _copy_mapping(value: Mapping[Any, Any], depth: int) -> dict[str, Any]:
         if kind is str or item is None or kind is bool:  # a leaf is its own copy: no call
             copied[key] = item
             continue
-        try:
-            copied[key] = _copy(item, depth + 1)
+        try:  # a nested dict (a tool call's function) without the _copy dispatch
+            if kind is dict and depth + 1 < MAX_JSON_DEPTH:
+                copied[key] = _copy_mapping(item, depth + 1)
+            else:
+                copied[key] = _copy(item, depth + 1)
         except _NotJSON as exc:
             exc.steps.append(f".{key}")
             raise
@@ -130,8 +133,11 @@ def _copy_list(value: list[Any] | tuple[Any, ...], depth: int) -> list[Any]:
         if kind is str or item is None or kind is bool:  # a leaf is its own copy: no call
             copied.append(item)
             continue
-        try:
-            copied.append(_copy(item, depth + 1))
+        try:  # a dict in a list (a tool call) without the _copy dispatch
+            if kind is dict and depth + 1 < MAX_JSON_DEPTH:
+                copied.append(_copy_mapping(item, depth + 1))
+            else:
+                copied.append(_copy(item, depth + 1))
         except _NotJSON as exc:
             exc.steps.append(f"[{index}]")
             raise

@@ -185,6 +185,9 @@ class _Planner:
     """Plans against the view plus what this append changed (an overlay: the view is
     never copied, so planning costs O(size of the append), not O(size of the view))."""
 
+    __slots__ = ("adds", "declared", "dropped_results", "dropped_turns", "healed", "ops",
+                 "pending", "replaced", "results", "view", "view_pending")
+
     def __init__(self, view: BufferView) -> None:
         self.view = view
         self.results: dict[str, bool] = {}  # ids this append answered, healed or replaced
