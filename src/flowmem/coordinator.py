@@ -133,6 +133,8 @@ class MemoryCore:
         self.backend = backend
         # the last successful resolution (scope, key, context, where); see _locate
         self._last_where: tuple[str, str, object, StorageKey | None] = ("", "", _NO_CONTEXT, None)
+        self._loaders: tuple[StorageKey | None, Loader | None, AsyncLoader | None] = (
+            None, None, None)
 
     def _idempotency(self, idempotency_key: str | None, operation: str, where: StorageKey,
                      payload: Any) -> Idempotency | None:
@@ -233,7 +235,7 @@ class MemoryCore:
         """Validate and locate an append: the store call's arguments, or the refused result."""
         canonical = (canonical_messages(incoming) if format == "canonical"
                      else to_canonical(incoming, format))
-        window = check_max_messages(max_messages)
+        window = None if max_messages is None else check_max_messages(max_messages)
         where = self._locate("append", scope, key, context)
         if where is None:
             return ScopedAppendResult(scope=scope, resolved_scope_id="", refused=True, count=0,
@@ -249,7 +251,10 @@ class MemoryCore:
         if not outcome.serialized:
             logger.warning("flowmem: lock of %r not had within %.3fs; append ran unserialized "
                            "(MEM-12)", where, self.lock_timeout)
-        load, aload = self._loader(where)
+        loaders = self._loaders
+        if loaders[0] is not where:  # the same key as the last append: the same loader
+            loaders = self._loaders = (where, *self._loader(where))
+        _, load, aload = loaders
         return ScopedAppendResult(
             scope=where.scope, resolved_scope_id=where.scope_id, serialized=outcome.serialized,
             count=outcome.count, appended=outcome.appended, replayed=outcome.replayed,
