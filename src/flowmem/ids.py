@@ -180,4 +180,9 @@ def result_id(message: Mapping[str, Any]) -> str | None:
 
 def is_healed(message: Mapping[str, Any]) -> bool:
     """Whether a message is marked as a healed placeholder (``healed: true``)."""
-    return _field(message, "healed") is True
+    value = message.get("healed")  # _field, inlined: this runs per result
+    if value is None:
+        metadata = message.get("metadata")
+        if type(metadata) is dict or isinstance(metadata, Mapping):
+            value = metadata.get("healed")
+    return value is True

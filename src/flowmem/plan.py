@@ -206,7 +206,7 @@ class _Planner:
         held = self.results.get(call)
         return self.view.results.get(call) if held is None else held
 
-    def add(self, message: Message, *, answers: str | None = None, healed: bool = False,
+    def add(self, message: Message, answers: str | None = None, healed: bool = False,
             declares: tuple[str, ...] = (), opens: tuple[tuple[str, int], ...] = ()) -> None:
         self.ops.append(AddEntry(self.adds, message, answers, healed, declares, opens))
         self.adds += 1
@@ -216,12 +216,14 @@ class _Planner:
         if answered is None:
             self.add(message)
             return
-        held = self.held(answered)
+        held = self.results.get(answered)  # self.held, inlined: this runs per result
+        if held is None:
+            held = self.view.results.get(answered)
         incoming_healed = is_healed(message)
         if held is None:
             self.results[answered] = incoming_healed
             self.pending.pop(answered, None)  # the view's pending is filtered at heal
-            self.add(message, answers=answered, healed=incoming_healed)
+            self.add(message, answered, incoming_healed)
         elif held and not incoming_healed:
             self.results[answered] = False
             self.ops.append(ReplacePlaceholder(answered, message))
@@ -249,7 +251,7 @@ class _Planner:
                 self.pending[call] = PendingCall(call, turn, order)
                 opens.append((call, order))
             declared.add(call)
-        self.add(message, declares=tuple(ids), opens=tuple(opens))
+        self.add(message, None, False, tuple(ids), tuple(opens))
 
     def unanswered(self) -> list[PendingCall]:
         """Every unanswered call: the view's (less those answered since), then this append's."""
