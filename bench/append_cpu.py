@@ -6,16 +6,17 @@
 One message per call, ``session`` scope, the seeded workload of
 ``bench/workload.py`` on a fresh conversation; the figure is the CPU time of
 this process (``time.process_time``: other processes' load counts for
-little) divided by the messages, GC paused while timing. Several rounds;
-the best and the median are printed.
+little) divided by the messages, GC paused while timing (``--gc``: left on).
+Several rounds; the best and the median are printed.
 
 With ``--python`` (given twice or more) the same measurement runs in a child
 process of each interpreter in turn, round by round (interleaved), so two
 trees — e.g. ``main`` and a branch, each in its own venv — are compared on a
 loaded machine by the ratio of their figures. ``--callgrind`` instead runs
-each interpreter once under ``valgrind --tool=callgrind`` and prints the
+each interpreter under ``valgrind --tool=callgrind`` and prints the
 instructions per append (repeatable to a fraction of a percent whatever the
-load). Not a test: nothing is asserted.
+load, for a fixed ``PYTHONHASHSEED``: the mean over ``--hash-seeds`` is
+printed). Not a test: nothing is asserted.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from bench.workload import DEFAULT_SEED, stream
 URLS = ("memory://", "sqlite:///{dir}/normal.db?synchronous=normal")
 
 
-def measure(url: str, messages: int, warmup: int, generate: int = 0) -> float:
+def measure(url: str, messages: int, warmup: int, generate: int = 0,
+            with_gc: bool = False) -> float:
     """CPU µs per message of ``messages`` one-message appends after ``warmup`` ones.
 
     ``generate``: how many workload messages to make beforehand (at least enough), so
@@ -60,7 +62,8 @@ def measure(url: str, messages: int, warmup: int, generate: int = 0) -> float:
             append("session", "bench", message, context=context)
         timed = batch[warmup:]
         gc.collect()
-        gc.disable()
+        if not with_gc:
+            gc.disable()
         try:
             start = time.process_time()
             for message in timed:
@@ -71,22 +74,29 @@ def measure(url: str, messages: int, warmup: int, generate: int = 0) -> float:
     return spent / messages * 1e6
 
 
-def _child(python: str, url: str, messages: int, warmup: int) -> float:
+def _child(python: str, url: str, messages: int, warmup: int, with_gc: bool) -> float:
     out = subprocess.run([python, __file__, "--child", url, "--messages", str(messages),
-                          "--warmup", str(warmup)], check=True, capture_output=True, text=True,
+                          "--warmup", str(warmup), *(["--gc"] if with_gc else [])],
+                         check=True, capture_output=True, text=True,
                          cwd=Path(__file__).parent)
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def _callgrind(python: str, url: str, messages: int, warmup: int) -> float:
-    """Instructions per append: (run of warmup+messages) minus (run of warmup) / messages."""
+def _callgrind(python: str, url: str, messages: int, warmup: int, seed: str) -> float:
+    """Instructions per append: (run of warmup+messages) minus (run of warmup) / messages.
+
+    ``seed`` fixes ``PYTHONHASHSEED``: string hashing decides set orders, and with them
+    the SQLite path's counts vary by ±15 % from one seed to another.
+    """
     counts = []
+    env = {**os.environ, "PYTHONHASHSEED": seed}
     for n in (0, messages):
         with tempfile.TemporaryDirectory() as out:
             subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg",
                             python, __file__, "--child", url, "--messages", str(max(n, 1)),
                             "--warmup", str(warmup), "--generate", str(warmup + messages)],
-                           check=True, capture_output=True, text=True, cwd=Path(__file__).parent)
+                           check=True, capture_output=True, text=True, cwd=Path(__file__).parent,
+                           env=env)
             text = Path(f"{out}/cg").read_text()
         found = re.search(r"^summary:\s+(\d+)", text, re.M) or re.search(
             r"^totals:\s+(\d+)", text, re.M)
@@ -103,25 +113,31 @@ def main() -> None:
     parser.add_argument("--url", action="append", help="store URLs ({dir}: a temp dir)")
     parser.add_argument("--python", action="append", help="interpreters to compare")
     parser.add_argument("--callgrind", action="store_true")
+    parser.add_argument("--hash-seeds", default="0,1,2",
+                        help="PYTHONHASHSEED values of the callgrind runs (comma-separated)")
+    parser.add_argument("--gc", action="store_true", help="leave GC on while timing")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--generate", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(measure(args.child, args.messages, args.warmup, args.generate))
+        print(measure(args.child, args.messages, args.warmup, args.generate, args.gc))
         return
     urls = args.url or list(URLS)
     pythons = args.python or [sys.executable]
     if args.callgrind:
         for url in urls:
             for python in pythons:
-                per = _callgrind(python, url, args.messages, args.warmup)
-                print(f"{url:45} {python:35} {per:12,.0f} instructions/append", flush=True)
+                counts = [_callgrind(python, url, args.messages, args.warmup, seed)
+                          for seed in args.hash_seeds.split(",")]
+                print(f"{url:45} {python:35} {statistics.mean(counts):9,.0f} instructions/append"
+                      f" (seeds: {', '.join(f'{c:,.0f}' for c in counts)})", flush=True)
         return
     figures: dict[tuple[str, str], list[float]] = {(u, p): [] for u in urls for p in pythons}
     for _ in range(args.rounds):
         for url in urls:
             for python in pythons:
-                figures[url, python].append(_child(python, url, args.messages, args.warmup))
+                figures[url, python].append(_child(python, url, args.messages, args.warmup,
+                                                   args.gc))
     for url in urls:
         base = None
         for python in pythons:
