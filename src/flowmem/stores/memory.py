@@ -29,19 +29,11 @@ class _Value:
         self.value = value
 
 
-Names = tuple[str, str, str]
-"""A storage key as the dict holds it: a tuple hashes and compares in C (the hot path)."""
-
-
-def _names(key: StorageKey) -> Names:
-    return (key.scope, key.scope_id, key.key)
-
-
 class InMemoryStore:
     """Values and conversations in a dict; thread-safe; per-key MEM-12 locks."""
 
     def __init__(self) -> None:
-        self._data: dict[Names, _Value | ConversationBuffer] = {}
+        self._data: dict[StorageKey, _Value | ConversationBuffer] = {}
         self._mutex = threading.RLock()  # the store's own atomicity, held briefly
         self._locks = KeyLocks()
         self._hot: tuple[StorageKey | None, threading.Lock] = (None, threading.Lock())
@@ -49,7 +41,7 @@ class InMemoryStore:
 
     def read(self, key: StorageKey) -> tuple[bool, Any]:
         with self._mutex:
-            held = self._data.get(_names(key))
+            held = self._data.get(key)
             if held is None:
                 return False, None
             if isinstance(held, ConversationBuffer):
@@ -61,7 +53,7 @@ class InMemoryStore:
         copied = json_copy(value)
         with self._mutex:
             if self._replay(idempotency) is None:
-                self._data[_names(key)] = _Value(copied)
+                self._data[key] = _Value(copied)
                 self._record(idempotency, True)
 
     def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
@@ -69,7 +61,7 @@ class InMemoryStore:
             first = self._replay(idempotency)
             if first is not None:
                 return bool(first)
-            found = self._data.pop(_names(key), None) is not None
+            found = self._data.pop(key, None) is not None
             self._record(idempotency, found)
             return found
 
@@ -120,7 +112,7 @@ class InMemoryStore:
                 first = self._replay(idempotency)
                 if first is not None:
                     return AppendOutcome(first[0], first[1], serialized, replayed=True)
-            buffer = self._data.get((key.scope, key.scope_id, key.key))
+            buffer = self._data.get(key)
             if type(buffer) is not ConversationBuffer:
                 buffer = self._buffer(key, create=True)
                 assert buffer is not None
@@ -132,12 +124,11 @@ class InMemoryStore:
             return AppendOutcome(count, plan.appended, serialized, plan_stats(plan))
 
     def _buffer(self, key: StorageKey, *, create: bool) -> ConversationBuffer | None:
-        names = _names(key)
-        held = self._data.get(names)
+        held = self._data.get(key)
         if isinstance(held, _Value):
             raise KeyConflict(f"key {key.key!r} holds a plain value, not a conversation")
         if held is None and create:
-            held = self._data[names] = ConversationBuffer()
+            held = self._data[key] = ConversationBuffer()
         return held
 
     def history(self, key: StorageKey, *, last: int | None = None,
@@ -159,9 +150,9 @@ class InMemoryStore:
     def keys(self, scope: str, scope_id: str, *, prefix: str = "",
              after: str | None = None, limit: int = 100) -> list[str]:
         with self._mutex:
-            found = sorted(name for (kind, owner, name) in self._data
-                           if kind == scope and owner == scope_id
-                           and name.startswith(prefix) and (after is None or name > after))
+            found = sorted(k.key for k in self._data
+                           if k.scope == scope and k.scope_id == scope_id
+                           and k.key.startswith(prefix) and (after is None or k.key > after))
         return found[:limit]
 
     def lock(self, key: StorageKey, timeout: float) -> AbstractContextManager[bool]:
