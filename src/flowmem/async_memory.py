@@ -19,7 +19,14 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from .coordinator import DEFAULT_IDEMPOTENCY_TTL, DEFAULT_LOCK_TIMEOUT, MemoryCore, Operation, T
+from .coordinator import (
+    DEFAULT_IDEMPOTENCY_TTL,
+    DEFAULT_LOCK_TIMEOUT,
+    AsyncLoader,
+    MemoryCore,
+    Operation,
+    T,
+)
 from .messages import Message
 from .metrics import Metrics, backend_name
 from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
@@ -69,13 +76,13 @@ class AsyncMemory(MemoryCore):
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def _loader(self, where: StorageKey) -> dict[str, Any]:
+    def _loader(self, where: StorageKey) -> tuple[None, AsyncLoader]:
         store = self.store
 
         async def load() -> list[Message]:
             return (await store.history(where)).messages
 
-        return {"aload": load}
+        return None, load
 
     # -- values ---------------------------------------------------------------
     async def read(self, scope: str, key: str, *, context: ExecutionContext | None,
@@ -106,8 +113,17 @@ class AsyncMemory(MemoryCore):
                      idempotency_key: str | None = None,
                      format: str = "canonical") -> ScopedAppendResult:
         """As :meth:`Memory.append`; ``await result.load_messages()`` reads the buffer."""
-        return await self._run(self._append(scope, key, incoming, context, max_messages,
+        if self.metrics is not None:  # the generator protocol times the store call
+            return await self._run(self._append(scope, key, incoming, context, max_messages,
                                                 idempotency_key, format))
+        prepared = self._append_call(scope, key, incoming, context, max_messages,
+                                     idempotency_key, format)
+        if isinstance(prepared, ScopedAppendResult):
+            return prepared  # refused (MEM-7): no store call
+        where, canonical, window, idempotency = prepared
+        outcome = await self.store.append(where, canonical, max_messages=window,
+                                        lock_timeout=self.lock_timeout, idempotency=idempotency)
+        return self._append_result(where, outcome)
 
     async def history(self, scope: str, key: str, *, context: ExecutionContext | None,
                       last: int | None = None, before: int | None = None) -> HistoryResult:

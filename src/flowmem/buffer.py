@@ -260,10 +260,11 @@ class ConversationBuffer:
             self._results[op.answers] = [entry]
             self._healed[op.answers] = op.healed
             self._pending.pop(op.answers, None)
-        for order, call in enumerate(op.declares):
-            self._calls.setdefault(call, []).append((pos, order))
-        for call, order in op.opens:
-            self._pending.setdefault(call, PendingCall(call, pos, order))
+        if op.declares:
+            for order, call in enumerate(op.declares):
+                self._calls.setdefault(call, []).append((pos, order))
+            for call, order in op.opens:
+                self._pending.setdefault(call, PendingCall(call, pos, order))
         return pos
 
     def _find(self, pos: int) -> int:

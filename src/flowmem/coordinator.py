@@ -17,7 +17,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, Final, TypeVar
 
 from .buffer import check_max_messages
@@ -28,7 +28,7 @@ from .messages import Message, canonical_message, canonical_messages, json_copy
 from .metrics import Metrics
 from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
 from .scopes import ExecutionContext, StorageKey, resolve_scope
-from .store import Idempotency
+from .store import AppendOutcome, Idempotency
 
 __all__ = [
     "DEFAULT_IDEMPOTENCY_TTL",
@@ -71,6 +71,14 @@ class StoreCall:
 Operation = Generator[StoreCall, Any, T]
 """A coordinator operation: yields store calls, receives their answers, returns the result."""
 
+PreparedAppend = tuple[StorageKey, list[Message], int | None, Idempotency | None]
+"""An append's store call: where, the canonical messages, the window, the idempotency."""
+Loader = Callable[[], list[Message]]
+AsyncLoader = Callable[[], Awaitable[list[Message]]]
+
+
+_NO_CONTEXT: Final = object()
+
 
 def _check_key(key: Any) -> str:
     """A key is text every backend can index: 1..MAX_KEY_LENGTH chars, no NUL/surrogate."""
@@ -96,6 +104,11 @@ def _fingerprint(operation: str, where: StorageKey, payload: Any) -> str:
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
+def _keyword(idempotency: Idempotency | None) -> dict[str, Idempotency]:
+    """The ``idempotency`` keyword of a store call (none without a key)."""
+    return {} if idempotency is None else {"idempotency": idempotency}
+
+
 def _check_limit(limit: Any) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_KEYS_PAGE:
         raise InvalidInput(f"limit must be an integer in [1, {MAX_KEYS_PAGE}], got {limit!r}")
@@ -118,28 +131,41 @@ class MemoryCore:
         self.idempotency_ttl = idempotency_ttl
         self.metrics = metrics
         self.backend = backend
+        # the last successful resolution (scope, key, context, where); see _locate
+        self._last_where: tuple[str, str, object, StorageKey | None] = ("", "", _NO_CONTEXT, None)
+        self._loaders: tuple[StorageKey | None, Loader | None, AsyncLoader | None] = (
+            None, None, None)
 
     def _idempotency(self, idempotency_key: str | None, operation: str, where: StorageKey,
-                     payload: Any) -> dict[str, Idempotency]:
-        """The store keyword for an idempotency key (none without one)."""
+                     payload: Any) -> Idempotency | None:
+        """The store's ``idempotency`` argument for a key (``None`` without one)."""
         if idempotency_key is None:
-            return {}
+            return None
         if (not isinstance(idempotency_key, str) or not idempotency_key
                 or len(idempotency_key) > MAX_IDEMPOTENCY_KEY_LENGTH
                 or not is_key_text(idempotency_key)):
             raise InvalidInput(f"idempotency_key must be a non-empty string of at most "
                                f"{MAX_IDEMPOTENCY_KEY_LENGTH} characters, got "
                                f"{idempotency_key!r}")
-        return {"idempotency": Idempotency(idempotency_key,
-                                           _fingerprint(operation, where, payload),
-                                           self.idempotency_ttl, time.time())}
+        return Idempotency(idempotency_key, _fingerprint(operation, where, payload),
+                           self.idempotency_ttl, time.time())
 
     # -- the one refusal decision (MEM-6, MEM-7, MEM-13) --------------------
     def _locate(self, operation: str, scope: str, key: Any,
                 context: ExecutionContext | None) -> StorageKey | None:
+        last = self._last_where
+        if last[2] is context and last[0] is scope and last[1] == key and type(key) is str:
+            return last[3]  # the same key under the same (frozen) context: resolved before
         checked = _check_key(key)
         scope_id = self._scope_id(operation, scope, context, checked)
-        return None if scope_id is None else StorageKey(scope, scope_id, checked)
+        if scope_id is None:
+            return None
+        where = StorageKey(scope, scope_id, checked)
+        if type(context) is ExecutionContext and type(key) is str:
+            # an ExecutionContext is frozen and its ids are str/int, so the same
+            # object resolves the same way again; other context objects are not cached
+            self._last_where = (scope, key, context, where)
+        return where
 
     def _scope_id(self, operation: str, scope: str, context: ExecutionContext | None,
                   what: str) -> str | None:
@@ -172,7 +198,7 @@ class MemoryCore:
         if where is None:
             return WriteResult(False, scope, "", refused=True)
         yield StoreCall("write", (where, copied),
-                        self._idempotency(idempotency_key, "write", where, copied))
+                        _keyword(self._idempotency(idempotency_key, "write", where, copied)))
         return WriteResult(True, scope, where.scope_id)
 
     def _delete(self, scope: str, key: str, context: ExecutionContext | None,
@@ -181,37 +207,61 @@ class MemoryCore:
         if where is None:
             return DeleteResult(False, False, scope, "", refused=True)
         found = yield StoreCall("delete", (where,),
-                                self._idempotency(idempotency_key, "delete", where, None))
+                                _keyword(self._idempotency(idempotency_key, "delete", where,
+                                                           None)))
         return DeleteResult(True, found, scope, where.scope_id)
 
     def _append(self, scope: str, key: str, incoming: Message | Sequence[Message],
                 context: ExecutionContext | None, max_messages: int | None,
                 idempotency_key: str | None = None,
                 format: str = "canonical") -> Operation[ScopedAppendResult]:
+        prepared = self._append_call(scope, key, incoming, context, max_messages,
+                                     idempotency_key, format)
+        if isinstance(prepared, ScopedAppendResult):
+            return prepared  # refused (MEM-7): no store call
+        where, canonical, window, idempotency = prepared
+        options: dict[str, Any] = {"max_messages": window, "lock_timeout": self.lock_timeout}
+        if idempotency is not None:
+            options["idempotency"] = idempotency
+        outcome = yield StoreCall("append", (where, canonical), options)
+        return self._append_result(where, outcome)
+
+    # The two halves of :meth:`_append`, for a face that calls the store directly
+    # (no metrics: nothing to time) and so spares the generator protocol per append.
+    def _append_call(self, scope: str, key: str, incoming: Message | Sequence[Message],
+                     context: ExecutionContext | None, max_messages: int | None,
+                     idempotency_key: str | None, format: str,
+                     ) -> PreparedAppend | ScopedAppendResult:
+        """Validate and locate an append: the store call's arguments, or the refused result."""
         canonical = (canonical_messages(incoming) if format == "canonical"
                      else to_canonical(incoming, format))
-        window = check_max_messages(max_messages)
+        window = None if max_messages is None else check_max_messages(max_messages)
         where = self._locate("append", scope, key, context)
         if where is None:
             return ScopedAppendResult(scope=scope, resolved_scope_id="", refused=True, count=0,
                                       appended=0, messages=[])
-        options: dict[str, Any] = {"max_messages": window, "lock_timeout": self.lock_timeout}
-        if idempotency_key is not None:
-            options.update(self._idempotency(idempotency_key, "append", where,
-                                             [canonical, window]))
-        outcome = yield StoreCall("append", (where, canonical), options)
+        idempotency = (None if idempotency_key is None else
+                       self._idempotency(idempotency_key, "append", where, [canonical, window]))
+        return where, canonical, window, idempotency
+
+    def _append_result(self, where: StorageKey, outcome: AppendOutcome) -> ScopedAppendResult:
+        """The result of an append the store answered with ``outcome`` (MEM-12 warning)."""
         if self.metrics is not None:
             self.metrics.appended(self.backend, outcome)
         if not outcome.serialized:
             logger.warning("flowmem: lock of %r not had within %.3fs; append ran unserialized "
                            "(MEM-12)", where, self.lock_timeout)
+        loaders = self._loaders
+        if loaders[0] is not where:  # the same key as the last append: the same loader
+            loaders = self._loaders = (where, *self._loader(where))
+        _, load, aload = loaders
         return ScopedAppendResult(
-            scope=scope, resolved_scope_id=where.scope_id, serialized=outcome.serialized,
+            scope=where.scope, resolved_scope_id=where.scope_id, serialized=outcome.serialized,
             count=outcome.count, appended=outcome.appended, replayed=outcome.replayed,
-            **self._loader(where))
+            load=load, aload=aload)
 
-    def _loader(self, where: StorageKey) -> dict[str, Any]:
-        """How an append result reads its buffer on this face (``load`` or ``aload``)."""
+    def _loader(self, where: StorageKey) -> tuple[Loader | None, AsyncLoader | None]:
+        """How an append result reads its buffer on this face: ``(load, aload)``."""
         raise NotImplementedError
 
     def _history(self, scope: str, key: str, context: ExecutionContext | None,

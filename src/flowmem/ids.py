@@ -54,10 +54,14 @@ def usable_id(value: Any) -> str | None:
     character or a lone surrogate), so every backend treats it the same way.
     The result is the trimmed string.
     """
-    text = _id_text(value)
-    if not text or text == "0" or not is_key_text(text):
+    if value is None:
         return None
-    return text
+    text = value.strip() if type(value) is str else _id_text(value)  # str: without a call
+    if not text or text == "0":
+        return None
+    if text.isascii():
+        return None if "\x00" in text else text
+    return text if is_key_text(text) else None
 
 
 def nonblank_id(value: Any) -> str | None:
@@ -145,8 +149,12 @@ def declared_call_ids(message: Mapping[str, Any]) -> list[str]:
     if not isinstance(entries, list | tuple):
         return []
     ids: list[str] = []
-    for entry in entries:  # call_entries without its copy
-        found = call_id(entry)
+    for entry in entries:  # call_entries and call_id, without the copy and the calls
+        if type(entry) is not dict and not isinstance(entry, Mapping):
+            continue
+        found = usable_id(entry.get("tool_call_id"))
+        if found is None:
+            found = usable_id(entry.get("id"))
         if found is not None and found not in ids:
             ids.append(found)
     return ids
@@ -160,7 +168,9 @@ def result_id(message: Mapping[str, Any]) -> str | None:
     """
     if message.get("role") != "tool":
         return None
-    found = usable_id(message.get("tool_call_id"))
+    found = message.get("tool_call_id")  # absent in the canonical shape: no call then
+    if found is not None:
+        found = usable_id(found)
     if found is None:
         metadata = message.get("metadata")
         if type(metadata) is dict or isinstance(metadata, Mapping):
@@ -170,4 +180,9 @@ def result_id(message: Mapping[str, Any]) -> str | None:
 
 def is_healed(message: Mapping[str, Any]) -> bool:
     """Whether a message is marked as a healed placeholder (``healed: true``)."""
-    return _field(message, "healed") is True
+    value = message.get("healed")  # _field, inlined: this runs per result
+    if value is None:
+        metadata = message.get("metadata")
+        if type(metadata) is dict or isinstance(metadata, Mapping):
+            value = metadata.get("healed")
+    return value is True

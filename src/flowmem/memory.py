@@ -21,6 +21,7 @@ from .coordinator import (
     DEFAULT_IDEMPOTENCY_TTL,
     DEFAULT_LOCK_TIMEOUT,
     MAX_KEY_LENGTH,
+    Loader,
     MemoryCore,
     Operation,
     T,
@@ -88,9 +89,9 @@ class Memory(MemoryCore):
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
-    def _loader(self, where: StorageKey) -> dict[str, Any]:
+    def _loader(self, where: StorageKey) -> tuple[Loader, None]:
         store = self.store
-        return {"load": lambda: store.history(where).messages}
+        return lambda: store.history(where).messages, None
 
     # -- values ---------------------------------------------------------------
     def read(self, scope: str, key: str, *, context: ExecutionContext | None,
@@ -144,8 +145,17 @@ class Memory(MemoryCore):
         :class:`~flowmem.errors.IdempotencyConflict`. Keys are remembered at
         least ``idempotency_ttl`` seconds (24 h by default) on every backend.
         """
-        return self._run(self._append(scope, key, incoming, context, max_messages,
+        if self.metrics is not None:  # the generator protocol times the store call
+            return self._run(self._append(scope, key, incoming, context, max_messages,
                                           idempotency_key, format))
+        prepared = self._append_call(scope, key, incoming, context, max_messages,
+                                     idempotency_key, format)
+        if isinstance(prepared, ScopedAppendResult):
+            return prepared  # refused (MEM-7): no store call
+        where, canonical, window, idempotency = prepared
+        outcome = self.store.append(where, canonical, max_messages=window,
+                                  lock_timeout=self.lock_timeout, idempotency=idempotency)
+        return self._append_result(where, outcome)
 
     def history(self, scope: str, key: str, *, context: ExecutionContext | None,
                 last: int | None = None, before: int | None = None) -> HistoryResult:

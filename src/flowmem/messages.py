@@ -86,8 +86,15 @@ def _copy_mapping(value: Mapping[Any, Any], depth: int) -> dict[str, Any]:
             if not isinstance(key, str):
                 raise _NotJSON(f"object key {key!r} is not a string")
             key = str.__str__(key)
-        try:
-            copied[key] = _copy(item, depth + 1)
+        kind = type(item)
+        if kind is str or item is None or kind is bool:  # a leaf is its own copy: no call
+            copied[key] = item
+            continue
+        try:  # a nested dict (a tool call's function) without the _copy dispatch
+            if kind is dict and depth + 1 < MAX_JSON_DEPTH:
+                copied[key] = _copy_mapping(item, depth + 1)
+            else:
+                copied[key] = _copy(item, depth + 1)
         except _NotJSON as exc:
             exc.steps.append(f".{key}")
             raise
@@ -122,8 +129,15 @@ def _copy_other(value: Any, depth: int) -> Any:
 def _copy_list(value: list[Any] | tuple[Any, ...], depth: int) -> list[Any]:
     copied = []
     for index, item in enumerate(value):
-        try:
-            copied.append(_copy(item, depth + 1))
+        kind = type(item)
+        if kind is str or item is None or kind is bool:  # a leaf is its own copy: no call
+            copied.append(item)
+            continue
+        try:  # a dict in a list (a tool call) without the _copy dispatch
+            if kind is dict and depth + 1 < MAX_JSON_DEPTH:
+                copied.append(_copy_mapping(item, depth + 1))
+            else:
+                copied.append(_copy(item, depth + 1))
         except _NotJSON as exc:
             exc.steps.append(f"[{index}]")
             raise
@@ -194,10 +208,12 @@ def canonical_message(message: Any, *, index: int | None = None,
             raise MessageTypeError(f"field name {key!r} is not a string", index=index, where=where)
         # a plain string is its own copy: the common field, without the walk
         metadata[key] = value if type(value) is str else _field_copy(value, key, index, where)
-    _check_pairing_fields(metadata, index, where)
-    answered = result_id(message)
-    if answered is not None:
-        metadata["tool_call_id"] = answered
+    if "tool_calls" in metadata:
+        _check_pairing_fields(metadata, index, where)
+    if role == "tool":
+        answered = result_id(message)
+        if answered is not None:
+            metadata["tool_call_id"] = answered
     if content is not None and type(content) is not str:
         content = _field_copy(content, "content", index, where)
     return {"role": role, "content": content, "metadata": metadata}
@@ -263,7 +279,7 @@ def _check_pairing_fields(metadata: dict[str, Any], index: int | None, where: st
 
 def canonical_messages(messages: Any, *, where: str = "incoming") -> list[Message]:
     """Validate one message or a list of them; all or nothing."""
-    if isinstance(messages, Mapping):
+    if type(messages) is dict or isinstance(messages, Mapping):
         return [canonical_message(messages, where=where)]
     if not isinstance(messages, list | tuple):
         raise MessageTypeError(f"expected a message or a list of messages, "

@@ -33,6 +33,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from ._frozen import quick_init
 from .ids import declared_call_ids, is_healed, result_id
 from .messages import Message
 
@@ -56,6 +57,7 @@ SLOT: Final = 1 << 20
 """Distance between the positions of two appended entries."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class NewTurn:
     """A turn added by this same append: the ``ordinal``-th :class:`AddEntry`."""
@@ -67,6 +69,7 @@ TurnRef = int | NewTurn
 """A declaring turn: a stored position, or a turn this append adds."""
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PendingCall:
     """A declared call with no result yet: its id, declaring turn and index in it."""
@@ -76,6 +79,7 @@ class PendingCall:
     order: int
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class BufferView:
     """What a store tells the planner about the buffer before an append.
@@ -96,6 +100,7 @@ class BufferView:
     pending: Iterable[PendingCall] = ()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AddEntry:
     """Append ``message`` as a new entry at the end of the buffer.
@@ -113,6 +118,7 @@ class AddEntry:
     opens: tuple[tuple[str, int], ...] = ()
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ReplacePlaceholder:
     """Overwrite the healed placeholder of ``call_id`` in place (MEM-10)."""
@@ -121,6 +127,7 @@ class ReplacePlaceholder:
     message: Message
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class HealTurn:
     """Insert placeholders for ``call_ids`` after ``turn``'s block of results (MEM-3)."""
@@ -132,6 +139,7 @@ class HealTurn:
 Op = AddEntry | ReplacePlaceholder | HealTurn
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AppendPlan:
     """The operations of one append, in order, and how many entries it adds.
@@ -155,21 +163,30 @@ def mentioned_ids(incoming: Sequence[Message]) -> set[str]:
     """The ids a store must look up for :attr:`BufferView.results`/``declared``."""
     ids: set[str] = set()
     for message in incoming:
-        ids.update(declared_call_ids(message))
-        answered = result_id(message)
-        if answered is not None:
-            ids.add(answered)
+        role = message["role"]
+        if role == "assistant":
+            ids.update(declared_call_ids(message))
+        elif role == "tool":
+            answered = result_id(message)
+            if answered is not None:
+                ids.add(answered)
     return ids
 
 
 def needs_pending(incoming: Sequence[Message]) -> bool:
     """Whether the append heals, so the store must list the unanswered calls."""
-    return any(message["role"] == "user" for message in incoming)
+    for message in incoming:  # noqa: SIM110 - a loop, not any(generator): every append
+        if message["role"] == "user":
+            return True
+    return False
 
 
 class _Planner:
     """Plans against the view plus what this append changed (an overlay: the view is
     never copied, so planning costs O(size of the append), not O(size of the view))."""
+
+    __slots__ = ("adds", "declared", "dropped_results", "dropped_turns", "healed", "ops",
+                 "pending", "replaced", "results", "view", "view_pending")
 
     def __init__(self, view: BufferView) -> None:
         self.view = view
@@ -189,7 +206,7 @@ class _Planner:
         held = self.results.get(call)
         return self.view.results.get(call) if held is None else held
 
-    def add(self, message: Message, *, answers: str | None = None, healed: bool = False,
+    def add(self, message: Message, answers: str | None = None, healed: bool = False,
             declares: tuple[str, ...] = (), opens: tuple[tuple[str, int], ...] = ()) -> None:
         self.ops.append(AddEntry(self.adds, message, answers, healed, declares, opens))
         self.adds += 1
@@ -199,12 +216,14 @@ class _Planner:
         if answered is None:
             self.add(message)
             return
-        held = self.held(answered)
+        held = self.results.get(answered)  # self.held, inlined: this runs per result
+        if held is None:
+            held = self.view.results.get(answered)
         incoming_healed = is_healed(message)
         if held is None:
             self.results[answered] = incoming_healed
             self.pending.pop(answered, None)  # the view's pending is filtered at heal
-            self.add(message, answers=answered, healed=incoming_healed)
+            self.add(message, answered, incoming_healed)
         elif held and not incoming_healed:
             self.results[answered] = False
             self.ops.append(ReplacePlaceholder(answered, message))
@@ -214,19 +233,25 @@ class _Planner:
 
     def assistant(self, message: Message) -> None:
         ids = declared_call_ids(message)
+        if not ids:
+            self.add(message)  # MEM-2: a turn declaring no (usable) ids is never dropped
+            return
         declared, known = self.declared, self.view.declared
-        if ids and all(i in declared or i in known for i in ids):
+        for i in ids:
+            if i not in declared and i not in known:
+                break
+        else:
             self.dropped_turns += 1  # MEM-2: every id already declared
             return
-        ordinal = self.adds
+        turn = NewTurn(self.adds)
         opens: list[tuple[str, int]] = []
         for order, call in enumerate(ids):
             # an id declared before is already pending at its first turn, or answered
             if call not in declared and call not in known and self.held(call) is None:
-                self.pending[call] = PendingCall(call, NewTurn(ordinal), order)
+                self.pending[call] = PendingCall(call, turn, order)
                 opens.append((call, order))
             declared.add(call)
-        self.add(message, declares=tuple(ids), opens=tuple(opens))
+        self.add(message, None, False, tuple(ids), tuple(opens))
 
     def unanswered(self) -> list[PendingCall]:
         """Every unanswered call: the view's (less those answered since), then this append's."""
@@ -240,6 +265,8 @@ class _Planner:
         return calls
 
     def heal(self) -> None:
+        if not self.pending and not (self.view_pending and self.view.pending):
+            return  # nothing unanswered (an iterable that is not a sized one is read below)
         unanswered = self.unanswered()
         if not unanswered:
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ._frozen import quick_init
 from .errors import ScopeRefused, UnknownScope
 from .ids import usable_id
 
@@ -50,6 +51,7 @@ class ExecutionContext:
     node_id: Any = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class StorageKey:
     """Where one memory lives: scope, resolved scope id, key."""

@@ -27,6 +27,7 @@ from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, runtime_checkable
 
+from ._frozen import quick_init
 from .messages import Message
 from .plan import AppendPlan
 from .scopes import StorageKey
@@ -35,6 +36,7 @@ __all__ = ["AppendOutcome", "AppendStats", "AsyncStore", "HistoryPage", "Idempot
            "plan_stats"]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AppendStats:
     """What an append's plan did besides adding entries (for metrics, never for rules).
@@ -60,6 +62,7 @@ def plan_stats(plan: AppendPlan) -> AppendStats:
     return _NOTHING_ELSE
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class AppendOutcome:
     """What a store reports for one append.
@@ -78,6 +81,7 @@ class AppendOutcome:
     replayed: bool = False
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Idempotency:
     """An idempotency key, as a store records it with the change it guards.
@@ -95,6 +99,7 @@ class Idempotency:
     now: float
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class HistoryPage:
     """A page of a conversation, oldest first.

@@ -79,7 +79,8 @@ class KeyLocks:
         mine = os.fstat(self._fd)
         return (now.st_dev, now.st_ino) == (mine.st_dev, mine.st_ino)
 
-    def _thread_lock(self, stripe: int) -> threading.Lock:
+    def thread_lock(self, stripe: int) -> threading.Lock:
+        """The in-process half of a stripe's lock: the whole of it when there is no lock file."""
         lock = self._threads.get(stripe)  # a dict read is atomic; create under the guard
         if lock is None:
             with self._guard:
@@ -144,7 +145,7 @@ class _Hold:
         locks = self._locks
         # the deadline bounds both waits; without a lock file only the thread lock waits
         deadline = 0.0 if locks._fd is None else time.monotonic() + self._timeout
-        thread_lock = locks._threads.get(self._stripe) or locks._thread_lock(self._stripe)
+        thread_lock = locks._threads.get(self._stripe) or locks.thread_lock(self._stripe)
         if not thread_lock.acquire(True, self._timeout):
             return False
         self._thread_lock = thread_lock

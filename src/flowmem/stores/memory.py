@@ -17,7 +17,7 @@ from ..messages import Message, json_copy
 from ..plan import plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency, plan_stats
-from .locks import KeyLocks
+from .locks import KeyLocks, stripe_of
 
 __all__ = ["InMemoryStore"]
 
@@ -36,6 +36,7 @@ class InMemoryStore:
         self._data: dict[StorageKey, _Value | ConversationBuffer] = {}
         self._mutex = threading.RLock()  # the store's own atomicity, held briefly
         self._locks = KeyLocks()
+        self._hot: tuple[StorageKey | None, threading.Lock] = (None, threading.Lock())
         self._keys: dict[str, tuple[str, Any, float]] = {}  # idempotency key -> record
 
     def read(self, key: StorageKey) -> tuple[bool, Any]:
@@ -86,9 +87,21 @@ class InMemoryStore:
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
                idempotency: Idempotency | None = None) -> AppendOutcome:
-        with self._locks.hold(key, lock_timeout) as serialized:
+        # the MEM-12 lock without a lock file is one thread lock: taken directly
+        hot = self._hot
+        if hot[0] is key:  # the same (frozen) key as the last append: the same lock
+            lock = hot[1]
+        else:
+            lock = self._locks.thread_lock(stripe_of(key))
+            self._hot = (key, lock)
+        if not lock.acquire(True, max(lock_timeout, 0.0)):
             return self.apply_append(key, incoming, max_messages=max_messages,
-                                     serialized=serialized, idempotency=idempotency)
+                                     serialized=False, idempotency=idempotency)
+        try:
+            return self.apply_append(key, incoming, max_messages=max_messages,
+                                     idempotency=idempotency)
+        finally:
+            lock.release()
 
     def apply_append(self, key: StorageKey, incoming: Sequence[Message], *,
                      max_messages: int | None, serialized: bool = True,

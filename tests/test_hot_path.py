@@ -1,0 +1,178 @@
+"""The append hot path's shortcuts keep every rule (#14).
+
+- ``quick_init``: the frozen dataclasses built per append keep their exact
+  signature, frozenness, equality and ``dataclasses.replace``.
+- The coordinator reuses the last scope resolution only for the same frozen
+  :class:`ExecutionContext`: a context object that can change is resolved
+  again each time, and a refused scope is refused every time (MEM-6, MEM-7,
+  MEM-13) however warm the reuse is.
+- The memory store's MEM-12 lock is the stripe's lock even when the last
+  key's lock is reused: a held key still makes an append fall back
+  unserialized after the bounded wait.
+- Without metrics ``Memory.append`` calls the store directly; with metrics it
+  runs the generator protocol: both give the same results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from flowmem import ExecutionContext, StorageKey
+from flowmem._frozen import quick_init
+from flowmem.memory import Memory
+from flowmem.metrics import Metrics
+from flowmem.plan import AddEntry, AppendPlan, PendingCall
+from flowmem.store import AppendOutcome, AppendStats, HistoryPage, Idempotency
+from flowmem.stores.memory import InMemoryStore
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Plain:
+    a: int
+    b: list[int] = dataclasses.field(default_factory=list)
+    c: bool = True
+
+
+@quick_init
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Quick:
+    a: int
+    b: list[int] = dataclasses.field(default_factory=list)
+    c: bool = True
+
+
+def test_quick_init_keeps_the_dataclass_signature_and_behaviour() -> None:
+    assert str(inspect.signature(_Quick)) == str(inspect.signature(_Plain))
+    first, second = _Quick(1), _Quick(1)
+    assert first.b == [] and first.b is not second.b  # a fresh default per instance
+    assert _Quick(1, [2], c=False) == _Quick(a=1, b=[2], c=False)
+    assert dataclasses.replace(first, a=3) == _Quick(3)
+    assert repr(_Quick(1)) == "_Quick(a=1, b=[], c=True)"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        first.a = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        _Quick()  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        _Quick(1, [], True, 4)  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("cls", [AddEntry, AppendPlan, PendingCall, AppendOutcome, AppendStats,
+                                 HistoryPage, Idempotency, StorageKey])
+def test_hot_dataclasses_keep_their_fields_and_stay_frozen(cls: type[Any]) -> None:
+    params = list(inspect.signature(cls).parameters.values())
+    assert [p.name for p in params] == [f.name for f in dataclasses.fields(cls)]
+    args = {p.name: 0 for p in params if p.default is inspect.Parameter.empty}
+    made = cls(**args)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(made, params[0].name, 1)
+
+
+def test_append_outcome_as_other_stores_build_it() -> None:
+    stats = AppendStats(1, 0, 2, 0)
+    outcome = AppendOutcome(5, 1, False, stats, True)
+    assert (outcome.count, outcome.appended, outcome.serialized, outcome.stats,
+            outcome.replayed) == (5, 1, False, stats, True)
+    assert AppendOutcome(5, 1) == AppendOutcome(5, 1, True, AppendStats(), False)
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def test_a_changing_context_object_is_resolved_again_each_time() -> None:
+    memory = Memory(InMemoryStore())
+    context = SimpleNamespace(user_id=None, session_id="s1", workflow_id=None,
+                              pipeline_id=None, execution_id=None, node_id=None)
+    first = memory.append("session", "k", _user("a"), context=context)  # type: ignore[arg-type]
+    context.session_id = "s2"
+    second = memory.append("session", "k", _user("b"), context=context)  # type: ignore[arg-type]
+    assert (first.resolved_scope_id, second.resolved_scope_id) == ("s1", "s2")
+    assert (first.count, second.count) == (1, 1)
+
+
+def test_mem7_refusal_is_decided_every_time_after_a_warm_resolution(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """MEM-6/MEM-7: a refused context right after a resolved one is refused, logged once."""
+    memory = Memory(InMemoryStore())
+    good = ExecutionContext(user_id="u1", node_id="n1")
+    for text in ("a", "b"):
+        assert memory.append("user", "k", _user(text), context=good).resolved_scope_id == "u1"
+    for bad in (ExecutionContext(user_id="0", node_id="n2"), None,
+                ExecutionContext(user_id=True, node_id="n3")):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="flowmem"):
+            refused = memory.append("user", "k", _user("c"), context=bad)
+        assert refused.refused and refused.resolved_scope_id == "" and refused.count == 0
+        assert len(caplog.records) == 1
+    assert memory.read("user", "k", context=good).value == [
+        {"role": "user", "content": t, "metadata": {}} for t in ("a", "b")]
+
+
+def test_the_same_context_with_another_key_or_scope_is_another_place() -> None:
+    memory = Memory(InMemoryStore())
+    context = ExecutionContext(user_id="u1", session_id="s1")
+    memory.append("user", "k", _user("a"), context=context)
+    other_key = memory.append("user", "k2", _user("b"), context=context)
+    other_scope = memory.append("session", "k", _user("c"), context=context)
+    assert other_key.count == 1 and other_scope.count == 1
+    assert other_scope.resolved_scope_id == "s1"
+    with pytest.raises(ValueError):
+        memory.append("user", "", _user("d"), context=context)
+
+
+def test_mem12_a_held_key_still_falls_back_after_the_last_lock_was_reused() -> None:
+    store = InMemoryStore()
+    memory = Memory(store, lock_timeout=0.05)
+    context = ExecutionContext(session_id="s")
+    assert memory.append("session", "k", _user("a"), context=context).serialized
+    assert memory.append("session", "k", _user("b"), context=context).serialized
+    where = StorageKey("session", "s", "k")
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with store.lock(where, 1.0) as had:
+            assert had
+            held.set()
+            release.wait(5.0)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(5.0)
+        late = memory.append("session", "k", _user("c"), context=context)
+    finally:
+        release.set()
+        holder.join()
+    assert not late.serialized and late.count == 3  # MEM-12: made whole, unserialized
+    assert memory.append("session", "k", _user("d"), context=context).serialized
+
+
+def test_the_direct_call_and_the_metrics_path_give_the_same_results() -> None:
+    plain, timed = Memory(InMemoryStore()), Memory(InMemoryStore(), metrics=Metrics())
+    context = ExecutionContext(session_id="s")
+    turns: list[Any] = [
+        _user("q"),
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        {"role": "tool", "tool_call_id": "c1", "content": "again"},  # MEM-1: dropped
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "c2", "type": "function",
+                                                                "function": {"name": "f"}}]},
+        _user("next"),  # MEM-3: heals c2
+        {"role": "tool", "tool_call_id": "c2", "content": "late"},  # MEM-10: replaces
+    ]
+    for turn in turns:
+        a = plain.append("session", "k", turn, context=context, max_messages=6)
+        b = timed.append("session", "k", turn, context=context, max_messages=6)
+        assert (a.count, a.appended, a.serialized, a.replayed, a.messages) == (
+            b.count, b.appended, b.serialized, b.replayed, b.messages)
+    again = plain.append("session", "k", _user("x"), context=context, idempotency_key="i1")
+    replay = plain.append("session", "k", _user("x"), context=context, idempotency_key="i1")
+    assert replay.replayed and (replay.count, replay.appended) == (again.count, again.appended)
