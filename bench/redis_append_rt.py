@@ -31,32 +31,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import redis_faces as faces
 
 WINDOW = 50
 
 
 def workload(n: int) -> list[list[Any]]:
-    from flowmem.messages import canonical_messages
-
-    out = []
-    for i in range(n):
-        call = f"c-{i // 4}"
-        raw: Any = [
-            {"role": "user", "content": f"question {i}"},
-            {"role": "assistant", "content": None,
-             "tool_calls": [{"id": call, "type": "function",
-                             "function": {"name": "f", "arguments": "{}"}}]},
-            {"role": "tool", "tool_call_id": call, "content": "result"},
-            {"role": "assistant", "content": f"answer {i}"},
-        ][i % 4]
-        out.append(canonical_messages([raw]))
-    return out
-
-
-def _median_us(durations: list[float], per: int = 100) -> float:
-    windows = [sum(durations[i:i + per]) / len(durations[i:i + per])
-               for i in range(0, len(durations), per)]
-    return statistics.median(windows) * 1e6
+    """``n`` one-message appends (``redis_faces.workload``: user, call, result, answer)."""
+    return faces.workload(n, "c")
 
 
 def _trips(proxy: Any) -> int:
@@ -130,7 +114,7 @@ def worker(face: str, url: str, appends: int) -> dict[str, float]:
         from redis_support import drop_prefix
 
         drop_prefix(prefix, url)
-    return {"wall_us": _median_us(durations), "cpu_us": cpu / len(durations) * 1e6,
+    return {"wall_us": faces.median_us(durations), "cpu_us": cpu / len(durations) * 1e6,
             "trips_per_append": trips / counted}
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from backends import REDIS_URL
+from round_trip_proxy import CountingProxy as RoundTripProxy
 
 
 def session_prefix() -> str:
@@ -100,70 +101,20 @@ class CuttableProxy:
             s.close()
 
 
-class CountingProxy:
-    """A TCP proxy in front of Redis that counts round trips, the honest way.
-
-    A round trip is a burst of bytes from a client connection that follows a
-    reply on that connection (or opens it): however many commands a pipeline
-    or a ``MULTI`` carries, it is one burst; every wait for a reply before the
-    next send is one more. Counted over every connection the client opens.
-    """
+class CountingProxy(RoundTripProxy):
+    """:class:`round_trip_proxy.CountingProxy` in front of Redis (``base``'s host, port
+    and database): a round trip is a burst of bytes from a client connection that
+    follows a reply on it (or opens it) — however many commands a pipeline or a
+    ``MULTI`` carries, one burst; every wait for a reply before the next send, one
+    more. Counted over every connection the client opens."""
 
     def __init__(self, base: str = REDIS_URL) -> None:
         parts = urlsplit(base)
-        self.target = (parts.hostname or "127.0.0.1", parts.port or 6379)
+        super().__init__(parts.hostname or "127.0.0.1", parts.port or 6379)
         self.db = parts.path or "/0"
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self._mutex = threading.Lock()
-        self._bursts = 0
-        self._replied: dict[int, bool] = {}  # per connection: a reply came since its last send
-        self._sockets: list[socket.socket] = []
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}{self.db}"
 
-    @property
-    def round_trips(self) -> int:
-        with self._mutex:
-            return self._bursts
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            with self._mutex:
-                self._sockets += [client, upstream]
-                self._replied[id(client)] = True
-            for a, b, outbound in ((client, upstream, True), (upstream, client, False)):
-                threading.Thread(target=self._pump, args=(a, b, id(client), outbound),
-                                 daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, conn: int, outbound: bool) -> None:
-        try:
-            while data := src.recv(1 << 20):
-                with self._mutex:  # counted before forwarding: the reply cannot overtake it
-                    if outbound and self._replied[conn]:
-                        self._bursts += 1
-                    self._replied[conn] = not outbound
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.server.shutdown(socket.SHUT_RDWR)
-        self.server.close()
-        for s in self._sockets:
-            with contextlib.suppress(OSError):
-                s.close()

@@ -27,10 +27,11 @@ from typing import Any, Final
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..errors import FlowmemError
 from .deps import caller, identified
+from .gate import replay_body
 from .models import TurnBody
 from .responses import ApiError, error_response
 from .routes_sessions import append_turn
@@ -62,7 +63,7 @@ class TurnsFastPath:
         raw = await _body(receive)
         body = _turn(raw)
         if body is None:
-            await self.app(scope, _replay(raw, receive), send)
+            await self.app(scope, replay_body(raw, receive), send)
             return
         request = Request(scope, receive)
         response: Response
@@ -107,15 +108,3 @@ async def _body(receive: Receive) -> bytes:
         if not message.get("more_body", False):
             return b"".join(chunks)
 
-
-def _replay(body: bytes, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay

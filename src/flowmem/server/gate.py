@@ -31,7 +31,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from .limits import Limits
 from .responses import error_response
 
-__all__ = ["BodyGate", "Failures", "HostGate", "gate_error", "json_depth_error", "new_request_id"]
+__all__ = ["BodyGate", "Failures", "HostGate", "gate_error", "json_depth_error", "new_request_id",
+           "replay_body"]
 
 logger = logging.getLogger("flowmem")
 
@@ -167,7 +168,7 @@ class BodyGate:
             if refusal is not None:
                 await self._refuse(scope, receive, send, *refusal)
                 return
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, replay_body(body, receive), send)
 
     async def _read(self, receive: Receive) -> bytes | None:
         chunks: list[bytes] = []
@@ -191,7 +192,8 @@ class BodyGate:
         await response(scope, receive, send)
 
 
-def _replay(body: bytes, receive: Receive) -> Receive:
+def replay_body(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands out ``body`` (already read) once, then the rest."""
     sent = False
 
     async def replay() -> Message:
