@@ -63,7 +63,7 @@ from .redis_requests import (
     setup,
 )
 from .redis_views import ViewCache
-from .sql import decode, encode
+from .sql_program import decode, decode_all, encode
 
 __all__ = ["NoScript", "Pipe", "Program", "RedisPrograms", "Request", "Sleep", "T", "setup"]
 
@@ -93,7 +93,7 @@ class RedisPrograms:
         if reply[0] == b"v":
             return True, decode(reply[1].decode())
         if reply[0] == b"b":
-            return True, [decode(body.decode()) for body in reply[1:]]
+            return True, decode_all([body.decode() for body in reply[1:]])
         return False, None
 
     def idempotency_key(self, idempotency: Idempotency) -> bytes:
@@ -146,7 +146,7 @@ class RedisPrograms:
         if reply[0] == b"value":
             raise key_conflict(names)
         positions = [int(p) for p in reply[2::2]]
-        messages = [decode(body.decode()) for body in reply[3::2]]
+        messages = decode_all([body.decode() for body in reply[3::2]])
         more = bool(reply[0]) and bool(positions)
         return HistoryPage(messages, positions, positions[0] if more else None, int(reply[1]))
 

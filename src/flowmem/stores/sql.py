@@ -52,6 +52,7 @@ from .sql_program import (
     T,
     adrive,
     decode,
+    decode_all,
     drive,
     encode,
     resumed,
@@ -345,7 +346,7 @@ class SQLConversations:
     @staticmethod
     def messages(buffer_id: int) -> Program[list[Message]]:
         rows = yield ("SELECT body FROM messages WHERE buffer_id = ? ORDER BY pos", (buffer_id,))
-        return [decode(row[0]) for row in rows]
+        return decode_all([row[0] for row in rows])
 
     @staticmethod
     def page(buffer_id: int, last: int | None, before: int | None) -> Program[HistoryPage]:
@@ -362,7 +363,7 @@ class SQLConversations:
             more = len(rows) > last
             rows = list(reversed(rows[:last]))
         positions = [int(row[0]) for row in rows]
-        return HistoryPage([decode(row[1]) for row in rows], positions,
+        return HistoryPage(decode_all([row[1] for row in rows]), positions,
                            positions[0] if more and positions else None)
 
     # -- the administrative path (MEM-15) ----------------------------------------

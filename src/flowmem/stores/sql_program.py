@@ -40,6 +40,7 @@ __all__ = [
     "T",
     "adrive",
     "decode",
+    "decode_all",
     "drive",
     "encode",
     "resumed",
@@ -144,3 +145,9 @@ def encode(value: Any) -> str:
 def decode(text: str) -> Any:
     """The inverse of :func:`encode`."""
     return json.loads(text)
+
+
+def decode_all(texts: Sequence[str]) -> list[Any]:
+    """:func:`decode` of each text, in ONE parse of the JSON array they make (half the
+    cost of one call per text: a page of messages is read whole)."""
+    return json.loads("[" + ",".join(texts) + "]") if texts else []
