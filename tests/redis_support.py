@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from backends import REDIS_URL
+from flowmem.messages import Message, canonical_messages
 from round_trip_proxy import CountingProxy as RoundTripProxy
 
 
@@ -118,3 +119,19 @@ class CountingProxy(RoundTripProxy):
         return f"redis://127.0.0.1:{self.port}{self.db}"
 
 
+# -- messages the Redis tests append ------------------------------------------------
+def msgs(*raw: dict[str, Any]) -> list[Message]:
+    return canonical_messages(list(raw))
+
+
+def user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def turn(*ids: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": i, "type": "function"} for i in ids]}
+
+
+def result(call: str, text: str = "ok") -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call, "content": text}

@@ -31,13 +31,22 @@ import pytest
 
 from backends import unavailable
 from flowmem import Idempotency, StorageKey, append
-from flowmem.messages import Message, canonical_messages
+from flowmem.messages import Message
 from flowmem.store import AppendOutcome
 from flowmem.stores import redis_views
 from flowmem.stores.redis import RedisStore
 from flowmem.stores.redis_async import AsyncRedisStore
 from flowmem.stores.redis_views import ViewCache
-from redis_support import CountingProxy, drop_prefix, session_prefix, url_with
+from redis_support import (
+    CountingProxy,
+    drop_prefix,
+    msgs,
+    result,
+    session_prefix,
+    turn,
+    url_with,
+    user,
+)
 
 pytestmark = pytest.mark.skipif(unavailable("redis") is not None,
                                 reason=unavailable("redis") or "")
@@ -84,22 +93,6 @@ class Face:
         self.loop.run_until_complete(self.store.aclose())
         self.loop.close()
 
-
-def msgs(*raw: dict[str, Any]) -> list[Message]:
-    return canonical_messages(list(raw))
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def turn(*ids: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": i, "type": "function"} for i in ids]}
-
-
-def result(call: str, text: str = "ok") -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call, "content": text}
 
 
 def fresh() -> StorageKey:

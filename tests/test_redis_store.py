@@ -33,14 +33,23 @@ from flowmem import (
     append,
     canonical_message,
 )
-from flowmem.messages import canonical_messages
 from flowmem.plan import SLOT
 from flowmem.stores import open_store
 from flowmem.stores.redis import RedisStore
 from flowmem.stores.redis_layout import key_names, split_url
 from flowmem.stores.sql import encode
 from flowmem.stores.sqlite import SQLiteStore
-from redis_support import CuttableProxy, drop_prefix, raw_client, session_prefix, url_with
+from redis_support import (
+    CuttableProxy,
+    drop_prefix,
+    msgs,
+    raw_client,
+    result,
+    session_prefix,
+    turn,
+    url_with,
+    user,
+)
 
 pytestmark = pytest.mark.skipif(unavailable("redis") is not None,
                                 reason=unavailable("redis") or "")
@@ -64,22 +73,6 @@ def store(prefix: str) -> Iterator[RedisStore]:
 def fresh() -> StorageKey:
     return StorageKey("workflow", f"t-{uuid.uuid4().hex}", "conv")
 
-
-def msgs(*raw: dict[str, Any]) -> list[dict[str, Any]]:
-    return canonical_messages(list(raw))
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-def turn(*ids: str) -> dict[str, Any]:
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": i, "type": "function"} for i in ids]}
-
-
-def result(call: str, text: str = "ok") -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": call, "content": text}
 
 
 def add(store: Any, key: StorageKey, *raw: dict[str, Any], window: int | None = None,
