@@ -66,6 +66,7 @@ from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
 from .locks import KeyLocks, key_locks
 from .sql import Execute, Program, T, drive, encode
+from .sqlite_errors import is_busy, mapped_error
 from .sqlite_files import DatabaseFiles, FileIdentity
 from .sqlite_group import AppendRequest, GroupAborted, each_alone, group_locks, run_group
 from .sqlite_hot import HotBuffers
@@ -83,9 +84,6 @@ __all__ = ["MIGRATIONS", "MIN_SQLITE_VERSION", "SQLiteStore"]
 
 SYNCHRONOUS: Final = ("full", "normal", "off")
 MODES: Final = ("rwc", "rw", "ro")
-_SQLITE_BUSY: Final = 5
-_SQLITE_LOCKED: Final = 6
-_SQLITE_READONLY: Final = 8
 _T = TypeVar("_T")
 logger = logging.getLogger("flowmem")
 
@@ -188,11 +186,11 @@ class SQLiteStore:
                 return action()
             except (sqlite3.OperationalError, StoreBusy) as exc:
                 remaining = deadline - time.monotonic()
-                busy = isinstance(exc, StoreBusy) or _is_busy(exc)
+                busy = isinstance(exc, StoreBusy) or is_busy(exc)
                 if not busy or remaining <= 0:
                     if isinstance(exc, StoreError):
                         raise
-                    raise _mapped(exc, self.path) from exc
+                    raise mapped_error(exc, self.path) from exc
                 time.sleep(min(delay, remaining))
                 delay = min(delay * 2, 0.05)
 
@@ -282,7 +280,7 @@ class SQLiteStore:
             try:
                 conn.execute(f"BEGIN {mode}")
             except sqlite3.OperationalError as exc:
-                raise _mapped(exc, self.path) from exc
+                raise mapped_error(exc, self.path) from exc
             try:
                 answer = body(lambda sql, params: conn.execute(sql, params).fetchall())
                 conn.execute("COMMIT")
@@ -291,7 +289,7 @@ class SQLiteStore:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.Error):
-                    raise _mapped(exc, self.path) from exc
+                    raise mapped_error(exc, self.path) from exc
                 raise
         finally:
             if mutex is not None:
@@ -400,28 +398,3 @@ def _forget_writers_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_writers_in_child)
-
-
-def _primary_code(exc: sqlite3.Error) -> int | None:
-    code = getattr(exc, "sqlite_errorcode", None)
-    return None if code is None else int(code) & 0xFF
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    code = _primary_code(exc)
-    if code is not None:
-        return code in (_SQLITE_BUSY, _SQLITE_LOCKED)
-    return "locked" in str(exc)
-
-
-def _mapped(exc: sqlite3.Error, path: str) -> StoreError:
-    text = str(exc)
-    if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
-        return StoreBusy(f"SQLite database {path} stayed locked: {text}")
-    if _primary_code(exc) == _SQLITE_READONLY:
-        shm = path + "-shm"
-        hint = (f" ({shm} is not writable, perhaps left by a read-only open: delete it "
-                f"while no process has the database open)"
-                if os.path.exists(shm) and not os.access(shm, os.W_OK) else "")
-        return StoreReadOnly(f"SQLite database {path} cannot be written: {text}{hint}")
-    return StoreError(f"SQLite error on {path}: {text}")
