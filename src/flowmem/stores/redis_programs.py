@@ -1,15 +1,8 @@
 """The Redis store's logic as sans-I/O programs, shared by the sync and asyncio faces.
 
 Every store operation is a *program*: a generator that yields I/O requests
-and receives their replies (as :mod:`flowmem.stores.sql` does for SQL):
-
-:class:`Pipe`
-    commands sent in one round trip (``MULTI``/``EXEC`` when ``transaction``);
-    the reply is the list of their replies, where a command's server error is
-    a :class:`~flowmem.errors.StoreError` *value* (redis-py's
-    ``raise_on_error=False``) — :class:`NoScript` for an unknown script.
-:class:`Sleep`
-    a pause (the bounded MEM-12 wait's backoff); the reply is ``None``.
+(:class:`Pipe`, :class:`Sleep`: :mod:`flowmem.stores.redis_requests`) and
+receives their replies, as :mod:`flowmem.stores.sql` does for SQL.
 
 A driver (:mod:`flowmem.stores.redis_drivers`) runs a program on
 ``redis.Redis`` or on ``redis.asyncio.Redis``. When a request fails as a
