@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flowmem.stores.sql_program import decode, decode_all, encode
+from flowmem.stores.sqlite_programs import oldest_first
 
 _TEXT = st.text(alphabet=st.characters(codec=None, categories=None), max_size=20)
 _VALUES = st.recursive(
@@ -26,3 +27,17 @@ def test_a_page_decodes_as_its_bodies_one_by_one(values: list[Any]) -> None:
 
 def test_an_empty_page_is_empty() -> None:
     assert decode_all([]) == []
+
+
+@given(st.lists(st.integers(min_value=0, max_value=10**9), unique=True, max_size=30),
+       st.randoms(use_true_random=False))
+def test_a_sqlite_page_pairs_positions_and_bodies_whatever_the_aggregate_order(
+        positions: list[int], rng: Any) -> None:
+    """SQLite before 3.44 does not promise the order an aggregate sees its rows in; the
+    page read (one row, two aggregates of the SAME pass) must pair them in any order."""
+    bodies = [{"at": p} for p in positions]
+    shuffled = list(zip(positions, bodies, strict=True))
+    rng.shuffle(shuffled)
+    got_positions, got_bodies = oldest_first([p for p, _ in shuffled], [b for _, b in shuffled])
+    assert got_positions == sorted(positions)
+    assert got_bodies == [{"at": p} for p in sorted(positions)]

@@ -11,16 +11,24 @@ A connection's programs also keep its hot buffers (:mod:`.sqlite_hot`): when
 no other connection has committed since, the common append reads no view at
 all (``PRAGMA data_version`` only) and plans against the connection's own
 copy. The rows and the plan are the same either way; only the reads change.
+
+A page of history is read as ONE row (:meth:`SQLiteConversations.page`): the
+positions and the bodies aggregated into two texts by SQLite. Python's
+driver lets go of the GIL for every row it steps to and must win it back
+before the next, so in a busy server (an event loop holding the GIL) a
+fifty-row page queued fifty waits on the connection thread; one row waits once.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 from ..messages import Message
 from ..plan import AppendPlan, BufferView, PendingCall
 from ..scopes import StorageKey
+from ..store import HistoryPage
 from .sql import Program, SQLConversations, view_from, view_parts
 from .sql_apply import Then
 from .sqlite_hot import HotBuffer, HotBuffers
@@ -35,6 +43,8 @@ _ALL_RESULTS: Final = ("SELECT result_id, healed FROM messages "
                        "WHERE buffer_id = ? AND result_id IS NOT NULL")
 _ALL_CALLS: Final = "SELECT call_id FROM calls WHERE buffer_id = ?"
 _ALL_PENDING: Final = "SELECT call_id, turn_pos, ord FROM pending WHERE buffer_id = ?"
+_PAGE: Final = ("SELECT group_concat(pos), '[' || group_concat(body, ',') || ']' FROM "
+                "(SELECT pos, body FROM messages WHERE buffer_id = ?{before} ORDER BY pos{last})")
 
 Opened = tuple[int, int, int, BufferView]
 
@@ -119,3 +129,45 @@ class SQLiteConversations(SQLConversations):
                          {row[0] for row in calls},
                          {call: PendingCall(call, int(turn), int(order))
                           for call, turn, order in pending})
+
+    @staticmethod
+    def messages(buffer_id: int) -> Program[list[Message]]:
+        return (yield from _aggregated(buffer_id, None, None))[1]
+
+    @staticmethod
+    def page(buffer_id: int, last: int | None, before: int | None) -> Program[HistoryPage]:
+        positions, messages = yield from _aggregated(buffer_id, last, before)
+        more = last is not None and len(positions) > last
+        if more:  # one more than asked was read, to know whether older entries exist
+            del positions[0], messages[0]
+        return HistoryPage(messages, positions, positions[0] if more and positions else None)
+
+
+def _aggregated(buffer_id: int, last: int | None,
+                before: int | None) -> Program[tuple[list[int], list[Message]]]:
+    """The positions and messages of the newest ``last + 1`` entries older than
+    ``before`` (all entries when ``last`` is ``None``), oldest first, in one row."""
+    params: list[Any] = [buffer_id]
+    if before is not None:
+        params.append(before)
+    if last is not None:
+        params.append(last + 1)
+    sql = _PAGE.format(before="" if before is None else " AND pos < ?",
+                       last="" if last is None else " DESC LIMIT ?")
+    (positions_text, bodies_text), = yield (sql, params)
+    if positions_text is None:
+        return [], []
+    return oldest_first(json.loads(f"[{positions_text}]"), json.loads(bodies_text))
+
+
+def oldest_first(positions: list[int], bodies: list[Any]) -> tuple[list[int], list[Any]]:
+    """The pairs ``(position, body)`` sorted by position. SQLite before 3.44 leaves the
+    order an aggregate sees its rows in unspecified; both lists come from the SAME pass,
+    so they pair up whatever that order is (in practice the subquery's)."""
+    ascending = sorted(positions)
+    if positions == ascending:
+        return positions, bodies
+    if positions[::-1] == ascending:
+        return ascending, bodies[::-1]
+    order = sorted(range(len(positions)), key=positions.__getitem__)
+    return ascending, [bodies[i] for i in order]
