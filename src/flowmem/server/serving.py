@@ -9,6 +9,12 @@ connection that has not delivered a complete request head within
 body gate bounds the body the same way (``Settings.read_timeout``). At
 shutdown, an open event stream is asked to end, so in-flight requests finish
 and streams do not hold the service up.
+
+uvicorn writes a response's head and its body with two ``write`` calls, and
+the loop sends each at once: two segments and two wake-ups of the client per
+answer, where the head's send alone took 15 % of the server's CPU at 32
+clients. :class:`CoalescingTransport` gathers what one turn of the event
+loop writes and sends it once, at the end of that turn (before a close).
 """
 
 from __future__ import annotations
@@ -27,8 +33,8 @@ from .app import create_app
 from .routes_events import STOP_STREAM
 from .settings import Settings
 
-__all__ = ["HEAD_DEADLINE", "KEEP_ALIVE", "LOOPBACK_HOSTS", "DeadlineProtocol", "allowed_hosts",
-           "serve"]
+__all__ = ["HEAD_DEADLINE", "KEEP_ALIVE", "LOOPBACK_HOSTS", "CoalescingTransport",
+           "DeadlineProtocol", "allowed_hosts", "serve"]
 
 HEAD_DEADLINE: Final = 8.0
 KEEP_ALIVE: Final = 5
@@ -41,11 +47,49 @@ else:
     _Protocol = object
 
 
+class CoalescingTransport:
+    """A transport whose writes within one turn of the event loop go out as one write.
+
+    Everything else is the wrapped transport's own. A close sends what is held
+    first; nothing is held past the turn it was written in.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._held:
+            self._loop.call_soon(self.flush)
+        self._held.append(bytes(data))
+
+    def writelines(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
+        for chunk in chunks:
+            self.write(chunk)
+
+    def flush(self) -> None:
+        """Send what is held (one write)."""
+        if self._held:
+            data = self._held[0] if len(self._held) == 1 else b"".join(self._held)
+            self._held = []
+            if not self._transport.is_closing():
+                self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class _Deadlines(_Protocol):
     """Closes connections that send no request head in time (mixed into a uvicorn protocol)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        coalescing = CoalescingTransport(transport, asyncio.get_running_loop())
+        super().connection_made(coalescing)  # type: ignore[arg-type]
         self._seen: Any = None
         self._deadline: asyncio.TimerHandle | None = None
         self._arm()
