@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import ipaddress
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Final
@@ -182,5 +183,9 @@ def serve(memory: AsyncMemory, settings: Settings, *, host: str, port: int,
     backend's pool binds to that loop cannot be closed from anywhere else.
     """
     app = create_app(memory, settings, owns_memory=True)
+    # What is alive now (the imported modules, the app) lives as long as the process:
+    # frozen, a full collection no longer walks it, which took 5-20 ms per pass.
+    gc.collect()
+    gc.freeze()
     uvicorn.run(app, host=host, port=port, log_level=log_level, http=protocol(),
                 timeout_keep_alive=KEEP_ALIVE, server_header=False)
