@@ -273,7 +273,7 @@ class MemoryCore:
             return HistoryResult(scope=scope, refused=True, total=0)
         page = yield StoreCall("history", (where,), {"last": last, "before": before})
         return HistoryResult(page.messages, page.positions, page.before, scope, where.scope_id,
-                             total=page.total)
+                             total=page.total, encoded=page.encoded)
 
     def _keys(self, scope: str, context: ExecutionContext | None, prefix: str,
               after: str | None, limit: int) -> Operation[list[str]]:

@@ -62,7 +62,9 @@ class HistoryResult:
     """A page of a conversation, oldest first; ``before`` pages further back.
 
     ``total`` counts the entries before ``before`` (the whole conversation
-    without it; ``None`` where the store does not count).
+    without it; ``None`` where the store does not count). ``encoded`` is the
+    store's JSON text of each message when it gave it
+    (:class:`~flowmem.store.HistoryPage`); it takes no part in comparisons.
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -72,6 +74,7 @@ class HistoryResult:
     resolved_scope_id: str = ""
     refused: bool = False
     total: int | None = None
+    encoded: list[str] | None = field(default=None, compare=False, repr=False)
 
 
 def _not_loaded() -> NoReturn:

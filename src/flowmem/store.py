@@ -109,12 +109,19 @@ class HistoryPage:
     ``None`` when nothing older remains. ``total`` is how many entries
     sit before ``before`` (the whole conversation without it: the buffer's own
     count); ``None`` from a store that does not count.
+
+    ``encoded``, when a store gives it, is each message's JSON text as the
+    store holds it (compact and ASCII-only, as the SQL and Redis stores
+    write bodies), in the same order: what a server can send on without
+    encoding the messages again. It says nothing the messages do not, and
+    takes no part in comparisons.
     """
 
     messages: list[Message] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     before: int | None = None
     total: int | None = None
+    encoded: list[str] | None = field(default=None, compare=False, repr=False)
 
 
 @runtime_checkable

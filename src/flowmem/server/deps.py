@@ -26,7 +26,7 @@ from .auth import InvalidCredentials, TokenBackend, hash_token
 from .changes import ARRIVED, Changes
 from .limits import check_messages
 from .ratelimit import RateLimiter
-from .responses import ApiError
+from .responses import ApiError, Encoded, ascii_json
 from .sessions import SessionRegistry
 from .settings import Settings
 
@@ -189,10 +189,19 @@ def rendered(page: HistoryResult, format: str) -> dict[str, Any]:
     return {"rendered": {"format": format, "dropped": result.dropped, "output": result.output}}
 
 
-def positioned(page: HistoryResult) -> list[dict[str, Any]]:
-    """A history page as ``{"position", "message"}`` pairs, oldest first."""
-    return [{"position": p, "message": m}
-            for p, m in zip(page.positions, page.messages, strict=True)]
+def positioned(page: HistoryResult) -> Encoded:
+    """A history page as ``{"position", "message"}`` pairs, oldest first: the JSON text
+    made of the store's own text of each message when it gave it (no encoding again)."""
+    def plain() -> list[dict[str, Any]]:
+        return [{"position": p, "message": m}
+                for p, m in zip(page.positions, page.messages, strict=True)]
+
+    texts = page.encoded
+    if texts is None or len(texts) != len(page.positions):
+        return Encoded(ascii_json(plain()), plain)
+    pairs = ",".join([f'{{"position":{p},"message":{t}}}'
+                      for p, t in zip(page.positions, texts, strict=True)])
+    return Encoded(f"[{pairs}]", plain)
 
 
 async def history_page(server: ServerState, scope: str, key: str, context: ExecutionContext, *,
@@ -209,7 +218,8 @@ async def history_page(server: ServerState, scope: str, key: str, context: Execu
     keep = max(len(fetched.positions) - offset, 0)
     page = HistoryResult(fetched.messages[:keep], fetched.positions[:keep],
                          fetched.before if keep else None, fetched.scope,
-                         fetched.resolved_scope_id, fetched.refused)
+                         fetched.resolved_scope_id, fetched.refused,
+                         encoded=None if fetched.encoded is None else fetched.encoded[:keep])
     total = fetched.total
     if total is None:  # a store that does not count: count the positions (linear)
         total = len((await server.memory.history(scope, key, context=context,

@@ -15,12 +15,16 @@ definition, never changes meaning and is never reused. ``docs/http.md``
 publishes it (a test keeps the two equal).
 
 Every body is JSON encoded with ``ensure_ascii=True``: stored content may
-hold lone surrogates, which UTF-8 cannot encode.
+hold lone surrogates, which UTF-8 cannot encode. A value may be given as
+:class:`Encoded` JSON text (a page of messages as the store holds them),
+which is put into the body as it is instead of being decoded and encoded
+again: half the CPU of an append turn's echo.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Final
 
 from starlette.responses import JSONResponse
@@ -31,7 +35,9 @@ __all__ = [
     "MAX_PAGE",
     "ApiError",
     "AsciiJSONResponse",
+    "Encoded",
     "ErrorBody",
+    "ascii_json",
     "clamp_page",
     "error_response",
     "ok",
@@ -101,12 +107,56 @@ ERROR_CODES: Final[dict[str, tuple[int, str]]] = {
 """code -> (status, definition): the published table (``docs/http.md``)."""
 
 
+class Encoded:
+    """A value of an answer given as its JSON text, to be put into the body as it is.
+
+    ``text`` must be compact, ASCII-only JSON (as the stores write message
+    bodies); ``plain`` builds the same value as Python objects, for the rare
+    answer that cannot be spliced (see :meth:`AsciiJSONResponse.render`).
+    """
+
+    __slots__ = ("plain", "text")
+
+    def __init__(self, text: str, plain: Callable[[], Any]) -> None:
+        self.text = text
+        self.plain = plain
+
+
 class AsciiJSONResponse(JSONResponse):
     """``application/json`` with every non-ASCII code point escaped."""
 
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, ensure_ascii=True, allow_nan=False,
-                          separators=(",", ":")).encode("ascii")
+        return ascii_json(content).encode("ascii")
+
+
+def ascii_json(content: Any) -> str:
+    """``content`` as compact ASCII JSON, each :class:`Encoded` value spliced in as it is.
+
+    Each is first written as a marker string and the marker's text replaced by
+    the value's; a marker that shows up other than once (only a stored string
+    equal to it could) sends the answer down the plain path instead.
+    """
+    held: list[Encoded] = []
+
+    def hold(value: Any) -> str:
+        if not isinstance(value, Encoded):
+            raise TypeError(f"{type(value).__name__} is not JSON serializable")
+        held.append(value)
+        return f"\x00flowmem-encoded-{len(held) - 1}\x00"
+
+    text = _encoder(hold).encode(content)
+    for index, value in enumerate(held):
+        marker = json.dumps(f"\x00flowmem-encoded-{index}\x00")
+        if text.count(marker) != 1:
+            return _encoder(lambda v: v.plain() if isinstance(v, Encoded) else hold(v)
+                            ).encode(content)
+        text = text.replace(marker, value.text)
+    return text
+
+
+def _encoder(default: Callable[[Any], Any]) -> json.JSONEncoder:
+    return json.JSONEncoder(ensure_ascii=True, allow_nan=False, separators=(",", ":"),
+                            default=default)
 
 
 class ApiError(Exception):

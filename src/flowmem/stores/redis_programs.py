@@ -139,9 +139,10 @@ class RedisPrograms:
         if reply[0] == b"value":
             raise key_conflict(names)
         positions = [int(p) for p in reply[2::2]]
-        messages = decode_all([body.decode() for body in reply[3::2]])
+        texts = [body.decode() for body in reply[3::2]]
         more = bool(reply[0]) and bool(positions)
-        return HistoryPage(messages, positions, positions[0] if more else None, int(reply[1]))
+        return HistoryPage(decode_all(texts), positions, positions[0] if more else None,
+                           int(reply[1]), texts)
 
     def keys(self, scope: str, scope_id: str, prefix: str, after: str | None,
              limit: int) -> Program[list[str]]:

@@ -264,7 +264,7 @@ class SQLConversations:
         if before is not None:  # an index range count, no row is read
             total = int((yield ("SELECT count(*) FROM messages WHERE buffer_id = ? AND pos < ?",
                                 (buffer_id, before)))[0][0])
-        return HistoryPage(page.messages, page.positions, page.before, total)
+        return HistoryPage(page.messages, page.positions, page.before, total, page.encoded)
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> Program[bool]:
         buffer_id = yield from self.buffer_id(key, lock=True)
@@ -363,8 +363,9 @@ class SQLConversations:
             more = len(rows) > last
             rows = list(reversed(rows[:last]))
         positions = [int(row[0]) for row in rows]
-        return HistoryPage(decode_all([row[1] for row in rows]), positions,
-                           positions[0] if more and positions else None)
+        texts = [row[1] for row in rows]
+        return HistoryPage(decode_all(texts), positions,
+                           positions[0] if more and positions else None, encoded=texts)
 
     # -- the administrative path (MEM-15) ----------------------------------------
     def edit_entry(self, buffer_id: int, position: int,

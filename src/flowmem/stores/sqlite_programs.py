@@ -13,7 +13,8 @@ all (``PRAGMA data_version`` only) and plans against the connection's own
 copy. The rows and the plan are the same either way; only the reads change.
 
 A page of history is read as ONE row (:meth:`SQLiteConversations.page`): the
-positions and the bodies aggregated into two texts by SQLite. Python's
+positions and the bodies aggregated into two texts by SQLite (the bodies'
+texts are kept on the page, for a server to send on as they are). Python's
 driver lets go of the GIL for every row it steps to and must win it back
 before the next, so in a busy server (an event loop holding the GIL) a
 fifty-row page queued fifty waits on the connection thread; one row waits once.
@@ -31,6 +32,7 @@ from ..scopes import StorageKey
 from ..store import HistoryPage
 from .sql import Program, SQLConversations, view_from, view_parts
 from .sql_apply import Then
+from .sql_program import decode_all
 from .sqlite_hot import HotBuffer, HotBuffers
 
 __all__ = ["SQLiteConversations"]
@@ -43,7 +45,10 @@ _ALL_RESULTS: Final = ("SELECT result_id, healed FROM messages "
                        "WHERE buffer_id = ? AND result_id IS NOT NULL")
 _ALL_CALLS: Final = "SELECT call_id FROM calls WHERE buffer_id = ?"
 _ALL_PENDING: Final = "SELECT call_id, turn_pos, ord FROM pending WHERE buffer_id = ?"
-_PAGE: Final = ("SELECT group_concat(pos), '[' || group_concat(body, ',') || ']' FROM "
+# JSON text never holds a raw control character (an encoder escapes them all), so
+# the record separator cannot occur inside a body: it splits the aggregate exactly.
+_SEPARATOR: Final = "\x1e"
+_PAGE: Final = ("SELECT group_concat(pos), group_concat(body, char(30)) FROM "
                 "(SELECT pos, body FROM messages WHERE buffer_id = ?{before} ORDER BY pos{last})")
 
 Opened = tuple[int, int, int, BufferView]
@@ -132,20 +137,21 @@ class SQLiteConversations(SQLConversations):
 
     @staticmethod
     def messages(buffer_id: int) -> Program[list[Message]]:
-        return (yield from _aggregated(buffer_id, None, None))[1]
+        return decode_all((yield from _aggregated(buffer_id, None, None))[1])
 
     @staticmethod
     def page(buffer_id: int, last: int | None, before: int | None) -> Program[HistoryPage]:
-        positions, messages = yield from _aggregated(buffer_id, last, before)
+        positions, texts = yield from _aggregated(buffer_id, last, before)
         more = last is not None and len(positions) > last
         if more:  # one more than asked was read, to know whether older entries exist
-            del positions[0], messages[0]
-        return HistoryPage(messages, positions, positions[0] if more and positions else None)
+            del positions[0], texts[0]
+        return HistoryPage(decode_all(texts), positions,
+                           positions[0] if more and positions else None, encoded=texts)
 
 
 def _aggregated(buffer_id: int, last: int | None,
-                before: int | None) -> Program[tuple[list[int], list[Message]]]:
-    """The positions and messages of the newest ``last + 1`` entries older than
+                before: int | None) -> Program[tuple[list[int], list[str]]]:
+    """The positions and body texts of the newest ``last + 1`` entries older than
     ``before`` (all entries when ``last`` is ``None``), oldest first, in one row."""
     params: list[Any] = [buffer_id]
     if before is not None:
@@ -157,7 +163,7 @@ def _aggregated(buffer_id: int, last: int | None,
     (positions_text, bodies_text), = yield (sql, params)
     if positions_text is None:
         return [], []
-    return oldest_first(json.loads(f"[{positions_text}]"), json.loads(bodies_text))
+    return oldest_first(json.loads(f"[{positions_text}]"), bodies_text.split(_SEPARATOR))
 
 
 def oldest_first(positions: list[int], bodies: list[Any]) -> tuple[list[int], list[Any]]:

@@ -11,6 +11,7 @@ pure model, :func:`flowmem.append`, never from a second implementation.
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Callable
@@ -234,6 +235,9 @@ class StoreContract:
         assert store.history(fresh_key()).messages == []
         assert page.total in (None, 7)  # the whole conversation (None: a store that cannot count)
         assert older.total in (None, 4) and oldest.total in (None, 1)  # older than the cursor
+        for each in (page, older, oldest, store.history(key)):  # the texts, when given
+            assert each.encoded is None or [json.loads(t) for t in each.encoded] == each.messages
+            assert each.encoded is None or all(t.isascii() for t in each.encoded)
 
     def test_positions_are_stable_across_healing(self, store: Store) -> None:
         key = fresh_key()
