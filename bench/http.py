@@ -2,7 +2,7 @@
 
 ``python bench/http.py [--store postgresql://127.0.0.1/test?schema=bench_http]
 [--clients 1,8,32] [--seconds 5] [--generator wrk|threads]
-[--server NAME=PYTHON ...] [--repeat N] [--prefer return=minimal]``
+[--server NAME=PYTHON ...] [--repeat N] [--prefer return=minimal] [--workers 1,2]``
 
 Starts a real ``flowmem serve`` process per store and server (always SQLite,
 a fresh file in a temp directory per start, plus every ``--store`` given that
@@ -19,6 +19,9 @@ its two cores, so it understates the server. Every row says the generator,
 the CPU seconds the server and the generator spent per 1,000 appends (from
 ``/proc`` and ``getrusage``: robust on a loaded machine, where rates are
 not), and the load average when the row began.
+
+``--workers 1,2`` serves with ``flowmem serve --workers N`` for each count
+(CPU is then summed over the worker processes).
 
 ``--server NAME=PYTHON`` (repeatable) serves with another interpreter (e.g.
 ``before=/work/venv/bin/python``, a venv where another checkout is
@@ -85,17 +88,26 @@ def _free_port() -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a running process (Linux ``/proc``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    """User + system CPU seconds of a running process and its running children
+    (``--workers``), from Linux ``/proc``."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except FileNotFoundError:
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / _TICK
+    children = [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+                for child in (task / "children").read_text().split()]
+    return own + sum(cpu_seconds(child) for child in children)
 
 
 @contextmanager
-def serve(store: str, python: str | None = None) -> Iterator[tuple[str, int]]:
+def serve(store: str, python: str | None = None,
+          workers: int = 1) -> Iterator[tuple[str, int]]:
     """A running ``flowmem serve`` on ``store``; yields its base URL and pid."""
     port = _free_port()
     process = subprocess.Popen(_flowmem(python, "serve", "--store", store, "--port", str(port),
-                                        "--rate-limit", "0", "--log-level", "warning"))
+                                        "--rate-limit", "0", "--log-level", "warning",
+                                        *(["--workers", str(workers)] if workers > 1 else [])))
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -218,6 +230,14 @@ def _servers(specs: list[str]) -> list[tuple[str, str | None]]:
     return [(name, python or None) for name, _, python in pairs]
 
 
+def _variants(servers: list[tuple[str, str | None]],
+              workers: str) -> list[tuple[str, str | None, int]]:
+    """Each server at each ``--workers`` count (named ``NAME/wN`` beyond one count)."""
+    counts = [int(x) for x in workers.split(",") if x.strip()]
+    return [(f"{name}/w{count}" if len(counts) > 1 else name, python, count)
+            for name, python in servers for count in counts]
+
+
 def _row(store: str, server: str, generator: str, clients: int, f: Figures) -> str:
     load = os.getloadavg()[0]
     return (f"| {store} | {server} | {generator} | {clients} | {f.appends} | {f.rate:,.0f} | "
@@ -239,13 +259,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="serve with this interpreter (repeatable: interleaved A/B)")
     parser.add_argument("--repeat", type=int, default=1, help="rounds over every server")
     parser.add_argument("--prefer", default="", help="a Prefer header for every append")
+    parser.add_argument("--workers", default="1",
+                        help="server processes (comma-separated: each count is a server)")
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.clients.split(",") if x.strip()]
     measure = measure_wrk if args.generator == "wrk" else measure_threads
     rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for round_ in range(args.repeat):
-            for index, (server, python) in enumerate(_servers(args.server)):
+            for index, (server, python, workers) in enumerate(
+                    _variants(_servers(args.server), args.workers)):
                 stores = [] if args.no_sqlite else [
                     ("sqlite", f"sqlite:///{Path(tmp) / f'bench-{round_}-{index}.db'}")]
                 stores += [(url.split("://", 1)[0], url) for url in args.store]
@@ -255,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                     except RuntimeError as exc:
                         print(f"skipping {name}: {exc}", file=sys.stderr)
                         continue
-                    with serve(url, python) as (base, pid):
+                    with serve(url, python, workers) as (base, pid):
                         for clients in levels:
                             sids = sessions(base, secret, clients)
                             figures = measure(base, secret, sids, args.seconds, pid,

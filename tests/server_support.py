@@ -227,15 +227,17 @@ def flowmem(*args: str) -> list[str]:
 
 
 @contextmanager
-def serving(store: str, port: int, *options: str,
-            output: list[str] | None = None) -> Iterator[httpx.Client]:
+def serving(store: str, port: int, *options: str, output: list[str] | None = None,
+            started: list[subprocess.Popen[bytes]] | None = None) -> Iterator[httpx.Client]:
     """A real ``flowmem serve`` process on ``port``; yields a client; SIGTERM at the end.
 
-    ``output`` (if given) receives what the process printed.
+    ``output`` (if given) receives what the process printed; ``started`` the process.
     """
     process = subprocess.Popen(flowmem("serve", "--store", store, "--port", str(port),
                                        "--log-level", "warning", *options),
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if started is not None:
+        started.append(process)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 20

@@ -261,7 +261,7 @@ def test_flowmem_serve_parses_with_httptools_keeping_the_head_deadline() -> None
     server extra), with the same slow-head deadline as the h11 one (docs/security.md)."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    from flowmem.server.serving import DeadlineProtocol, _Deadlines, protocol
+    from flowmem.server.protocols import DeadlineProtocol, _Deadlines, protocol
 
     chosen = protocol()
     assert issubclass(chosen, _Deadlines) and issubclass(DeadlineProtocol, H11Protocol)

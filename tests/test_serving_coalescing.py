@@ -7,7 +7,7 @@ import asyncio
 import socket
 from typing import Any
 
-from flowmem.server.serving import CoalescingTransport
+from flowmem.server.protocols import CoalescingTransport
 
 
 class _Sink(asyncio.Protocol):

@@ -95,33 +95,47 @@ def _duration(text: str | None) -> float | None:
               type=click.IntRange(1), help="Largest value /v1/memory/read answers whole.")
 @click.option("--metrics-public", is_flag=True,
               help="Answer GET /metrics without a token (default: an admin token).")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Server processes sharing the port (one per core; a store processes "
+                   "share: not memory://). Rate limits and /metrics are per process.")
 def serve(store: str | None, host: str, port: int, log_level: str, anonymous: str | None,
           hosts: tuple[str, ...], rate_limit: float, burst: int, max_read_bytes: int,
-          metrics_public: bool) -> None:
+          metrics_public: bool, workers: int) -> None:
     """Serve the storage API over HTTP (see docs/http.md and docs/security.md)."""
     try:
         from .access import Level
         from .server import Limits, Settings
         from .server.serving import allowed_hosts
         from .server.serving import serve as run
+        from .server.workers import serve_workers, worker_spec
     except ImportError as exc:
         missing = MissingDependency(getattr(exc, "name", None) or "fastapi", "server")
         raise click.ClickException(str(missing)) from None
-    memory = _memory(store, metrics=Metrics())
     settings = Settings(limits=Limits(max_read_bytes=max_read_bytes),
                         metrics_public=metrics_public,
                         allowed_hosts=allowed_hosts(host, hosts),
                         anonymous=Level(anonymous) if anonymous else None,
                         rate_limit=rate_limit, burst=burst)
+    try:  # refused before anything is opened or printed
+        spec = worker_spec(store or os.environ.get("FLOWMEM_STORE") or DEFAULT_URL,
+                           settings) if workers > 1 else None
+    except FlowmemError as exc:
+        raise click.ClickException(str(exc)) from None
+    memory = _memory(store, metrics=Metrics())  # a bad URL stops here, in this process
     if anonymous:
         logger.warning("flowmem: --anonymous %s: callers without a token may %s the shared "
                        "scopes (global, workflow, pipeline, execution) — anyone who reaches "
                        "%s:%d can %s", anonymous, "read" if anonymous == "read" else
                        "read, overwrite and delete", host, port,
                        "read them" if anonymous == "read" else "plant or erase memory")
-    click.echo(f"flowmem: serving {shown_store(store)} on http://{host}:{port} "
+    processes = f" with {workers} worker processes" if spec else ""
+    click.echo(f"flowmem: serving {shown_store(store)} on http://{host}:{port}{processes} "
                f"(tokens must come from `flowmem token create` on this same store)", err=True)
-    run(memory, settings, host=host, port=port, log_level=log_level)
+    if spec is None:
+        run(memory, settings, host=host, port=port, log_level=log_level)
+        return
+    asyncio.run(memory.aclose())  # each worker opens its own (the schema is in place now)
+    serve_workers(spec, host=host, port=port, log_level=log_level, workers=workers)
 
 
 def shown_store(store: str | None) -> str:

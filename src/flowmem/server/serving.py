@@ -1,164 +1,28 @@
-"""Running the app under uvicorn with the connection deadlines of ``flowmem serve``.
+"""Running the app under uvicorn: ``flowmem serve``.
 
-uvicorn closes an idle keep-alive connection after ``timeout_keep_alive``,
-but any byte resets that timer and a connection that never completes a
-request head has no deadline at all, so idle and slow ("slowloris")
-connections could stay open forever. :class:`DeadlineProtocol` closes a
-connection that has not delivered a complete request head within
-:data:`HEAD_DEADLINE` seconds of opening or of its previous response; the
-body gate bounds the body the same way (``Settings.read_timeout``). At
-shutdown, an open event stream is asked to end, so in-flight requests finish
-and streams do not hold the service up.
-
-uvicorn writes a response's head and its body with two ``write`` calls, and
-the loop sends each at once: two segments and two wake-ups of the client per
-answer, where the head's send alone took 15 % of the server's CPU at 32
-clients. :class:`CoalescingTransport` gathers what one turn of the event
-loop writes and sends it once, at the end of that turn (before a close).
+One process (:func:`serve`) or several sharing the port (:mod:`.workers`),
+with the protocols of :mod:`.protocols` (connection deadlines, coalesced writes).
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import gc
 import ipaddress
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Final
 
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from ..async_memory import AsyncMemory
 from .app import create_app
-from .routes_events import STOP_STREAM
+from .protocols import HEAD_DEADLINE, CoalescingTransport, DeadlineProtocol, protocol
 from .settings import Settings
 
 __all__ = ["HEAD_DEADLINE", "KEEP_ALIVE", "LOOPBACK_HOSTS", "CoalescingTransport",
-           "DeadlineProtocol", "allowed_hosts", "serve"]
+           "DeadlineProtocol", "allowed_hosts", "freeze_startup", "protocol", "serve"]
 
-HEAD_DEADLINE: Final = 8.0
 KEEP_ALIVE: Final = 5
 LOOPBACK_HOSTS: Final = ("localhost", "127.0.0.1", "[::1]")
-
-
-if TYPE_CHECKING:
-    _Protocol = H11Protocol  # both of uvicorn's protocols have what the mixin uses
-else:
-    _Protocol = object
-
-
-class CoalescingTransport:
-    """A transport whose writes within one turn of the event loop go out as one write.
-
-    Everything else is the wrapped transport's own. A close sends what is held
-    first; nothing is held past the turn it was written in.
-    """
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._held: list[bytes] = []
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not self._held:
-            self._loop.call_soon(self.flush)
-        self._held.append(bytes(data))
-
-    def writelines(self, chunks: Iterable[bytes | bytearray | memoryview]) -> None:
-        for chunk in chunks:
-            self.write(chunk)
-
-    def flush(self) -> None:
-        """Send what is held (one write)."""
-        if self._held:
-            data = self._held[0] if len(self._held) == 1 else b"".join(self._held)
-            self._held = []
-            if not self._transport.is_closing():
-                self._transport.write(data)
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
-class _Deadlines(_Protocol):
-    """Closes connections that send no request head in time (mixed into a uvicorn protocol)."""
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        coalescing = CoalescingTransport(transport, asyncio.get_running_loop())
-        super().connection_made(coalescing)  # type: ignore[arg-type]
-        self._seen: Any = None
-        self._deadline: asyncio.TimerHandle | None = None
-        self._arm()
-
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        self._note_request()
-
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self._note_request():
-            self._arm()
-
-    def shutdown(self) -> None:
-        # An event stream never completes by itself: ask it to end (routes_events).
-        cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
-            stop = (cycle.scope.get("state") or {}).get(STOP_STREAM)
-            if callable(stop):
-                stop()
-        super().shutdown()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel()
-        super().connection_lost(exc)
-
-    def _note_request(self) -> bool:
-        """Whether a new request head has arrived (then the deadline is lifted)."""
-        cycle = self.cycle
-        if cycle is not None and cycle is not self._seen and not cycle.response_complete:
-            self._seen = cycle
-            self._cancel()
-            return True
-        return False
-
-    def _arm(self) -> None:
-        self._cancel()
-        if not self.transport.is_closing():
-            self._deadline = self.loop.call_later(HEAD_DEADLINE, self._expire)
-
-    def _cancel(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _expire(self) -> None:
-        self._deadline = None
-        if not self.transport.is_closing():
-            self.transport.close()
-
-
-class DeadlineProtocol(_Deadlines, H11Protocol):
-    """uvicorn's h11 protocol (pure Python), with the head deadline."""
-
-
-@functools.cache
-def protocol() -> type[asyncio.Protocol]:
-    """The HTTP protocol ``flowmem serve`` uses: uvicorn's httptools protocol (llhttp,
-    in C; the ``server`` extra installs it) with the head deadline, else h11's."""
-    try:
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-    except ImportError:  # pragma: no cover - httptools is in the server extra
-        return DeadlineProtocol
-
-    class FastDeadlineProtocol(_Deadlines, HttpToolsProtocol):  # type: ignore[misc]
-        """uvicorn's httptools protocol, with the head deadline."""
-
-    return FastDeadlineProtocol
 
 
 def allowed_hosts(host: str, extra: Iterable[str]) -> tuple[str, ...] | None:
@@ -183,9 +47,13 @@ def serve(memory: AsyncMemory, settings: Settings, *, host: str, port: int,
     backend's pool binds to that loop cannot be closed from anywhere else.
     """
     app = create_app(memory, settings, owns_memory=True)
-    # What is alive now (the imported modules, the app) lives as long as the process:
-    # frozen, a full collection no longer walks it, which took 5-20 ms per pass.
-    gc.collect()
-    gc.freeze()
+    freeze_startup()
     uvicorn.run(app, host=host, port=port, log_level=log_level, http=protocol(),
                 timeout_keep_alive=KEEP_ALIVE, server_header=False)
+
+
+def freeze_startup() -> None:
+    """Freeze what is alive now (the imported modules, the app): it lives as long as the
+    process, and a full collection no longer walks it (5-20 ms a pass otherwise)."""
+    gc.collect()
+    gc.freeze()
