@@ -1,4 +1,5 @@
-"""Round trips of a PostgreSQL append, counted by a real TCP proxy (#14), on both faces.
+"""Round trips of a PostgreSQL append (and a history page), counted by a real TCP proxy
+(#14), on both faces.
 
 The store talks to the server through :class:`round_trip_proxy.CountingProxy`,
 which counts each time the client sends after having received: what an append
@@ -87,6 +88,12 @@ class Counted:
 
     def history(self, key: StorageKey) -> list[Message]:
         return list(self._call("history", key).messages)
+
+    def page(self, key: StorageKey, **cursor: Any) -> tuple[Any, int]:
+        """A history page and the round trips it took."""
+        before = self.proxy.count()
+        page = self._call("history", key, **cursor)
+        return page, self.proxy.count() - before
 
     def close(self) -> None:
         if self.loop:
@@ -267,3 +274,18 @@ def test_rows_that_contradict_the_plan_raise_store_error() -> None:
     plan = AppendPlan((ReplacePlaceholder("c1", stored),), 0)
     with pytest.raises(StoreError, match="broken invariant"):
         drive(apply_plan(1, 1, 2097152, plan, None, lambda c, a: []), lambda sql, p: [])
+
+
+def test_a_history_page_takes_one_round_trip(counted: Counted) -> None:
+    """The count, the value check, the page and the count under a cursor go in ONE batch
+    with ``BEGIN`` and ``COMMIT`` (the echo of every HTTP turn reads one)."""
+    key = fresh_key()
+    counted.append(key, [user(str(i)) for i in range(5)])
+    page, trips = counted.page(key, last=2)
+    assert [m["content"] for m in page.messages] == ["3", "4"] and page.total == 5
+    assert trips == 1
+    older, trips = counted.page(key, last=2, before=page.before)
+    assert [m["content"] for m in older.messages] == ["1", "2"] and older.total == 3
+    assert trips == 1
+    empty, trips = counted.page(fresh_key())
+    assert empty.messages == [] and empty.total == 0 and trips == 1

@@ -252,18 +252,24 @@ class SQLConversations:
 
     def history(self, key: StorageKey, last: int | None,
                 before: int | None) -> Program[HistoryPage]:
-        rows = yield ("SELECT id, count FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?",
-                      (key.scope, key.scope_id, key.key))
-        if not rows:
-            if (yield ("SELECT 1 FROM kv WHERE scope = ? AND scope_id = ? AND key = ?",
-                       (key.scope, key.scope_id, key.key))):
+        """One batch (on PostgreSQL one round trip, with ``BEGIN`` and ``COMMIT``): the
+        buffer's count, whether the key holds a value, the page, and under a cursor the
+        count older than it (an index range count, no row is read)."""
+        where = (key.scope, key.scope_id, key.key)
+        statements = [("SELECT count FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?",
+                       where),
+                      ("SELECT 1 FROM kv WHERE scope = ? AND scope_id = ? AND key = ?", where),
+                      self.page_statement(_BUFFER_ID, where, last, before)]
+        if before is not None:
+            statements.append((f"SELECT count(*) FROM messages WHERE buffer_id = {_BUFFER_ID} "
+                               "AND pos < ?", (*where, before)))
+        buffer, value, rows, *older = yield Batch(tuple(statements), final=True)
+        if not buffer:
+            if value:
                 raise KeyConflict(f"key {key.key!r} holds a plain value, not a conversation")
             return HistoryPage(total=0)
-        buffer_id, total = int(rows[0][0]), int(rows[0][1])
-        page = yield from self.page(buffer_id, last, before)
-        if before is not None:  # an index range count, no row is read
-            total = int((yield ("SELECT count(*) FROM messages WHERE buffer_id = ? AND pos < ?",
-                                (buffer_id, before)))[0][0])
+        page = self.page_from(rows, last)
+        total = int(older[0][0][0]) if older else int(buffer[0][0])
         return HistoryPage(page.messages, page.positions, page.before, total, page.encoded)
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> Program[bool]:
@@ -349,18 +355,25 @@ class SQLConversations:
         return decode_all([row[0] for row in rows])
 
     @staticmethod
-    def page(buffer_id: int, last: int | None, before: int | None) -> Program[HistoryPage]:
-        sql = "SELECT pos, body FROM messages WHERE buffer_id = ?"
-        params: list[Any] = [buffer_id]
+    def page_statement(buffer: str, params: Sequence[Any], last: int | None,
+                       before: int | None) -> Statement:
+        """The statement reading the newest ``last + 1`` entries older than ``before`` (all
+        of them without ``last``) of the buffer ``buffer`` names (``?`` or a subquery,
+        with its ``params``): one more than asked, to know whether older ones exist."""
+        sql = f"SELECT pos, body FROM messages WHERE buffer_id = {buffer}"
+        values: list[Any] = [*params]
         if before is not None:
             sql += " AND pos < ?"
-            params.append(before)
+            values.append(before)
         if last is None:
-            rows = yield (sql + " ORDER BY pos", params)
-            more = False
-        else:
-            rows = yield (sql + " ORDER BY pos DESC LIMIT ?", [*params, last + 1])
-            more = len(rows) > last
+            return sql + " ORDER BY pos", values
+        return sql + " ORDER BY pos DESC LIMIT ?", [*values, last + 1]
+
+    @staticmethod
+    def page_from(rows: Rows, last: int | None) -> HistoryPage:
+        """The page :meth:`page_statement`'s rows make, oldest first."""
+        more = last is not None and len(rows) > last
+        if last is not None:
             rows = list(reversed(rows[:last]))
         positions = [int(row[0]) for row in rows]
         texts = [row[1] for row in rows]

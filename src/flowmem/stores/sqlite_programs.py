@@ -12,7 +12,7 @@ no other connection has committed since, the common append reads no view at
 all (``PRAGMA data_version`` only) and plans against the connection's own
 copy. The rows and the plan are the same either way; only the reads change.
 
-A page of history is read as ONE row (:meth:`SQLiteConversations.page`): the
+A page of history is read as ONE row (:meth:`SQLiteConversations.page_statement`): the
 positions and the bodies aggregated into two texts by SQLite (the bodies'
 texts are kept on the page, for a server to send on as they are). Python's
 driver lets go of the GIL for every row it steps to and must win it back
@@ -32,7 +32,7 @@ from ..scopes import StorageKey
 from ..store import HistoryPage
 from .sql import Program, SQLConversations, view_from, view_parts
 from .sql_apply import Then
-from .sql_program import decode_all
+from .sql_program import Rows, Statement, decode_all
 from .sqlite_hot import HotBuffer, HotBuffers
 
 __all__ = ["SQLiteConversations"]
@@ -49,7 +49,8 @@ _ALL_PENDING: Final = "SELECT call_id, turn_pos, ord FROM pending WHERE buffer_i
 # the record separator cannot occur inside a body: it splits the aggregate exactly.
 _SEPARATOR: Final = "\x1e"
 _PAGE: Final = ("SELECT group_concat(pos), group_concat(body, char(30)) FROM "
-                "(SELECT pos, body FROM messages WHERE buffer_id = ?{before} ORDER BY pos{last})")
+                "(SELECT pos, body FROM messages WHERE buffer_id = {buffer}{before} "
+                "ORDER BY pos{last})")
 
 Opened = tuple[int, int, int, BufferView]
 
@@ -137,33 +138,31 @@ class SQLiteConversations(SQLConversations):
 
     @staticmethod
     def messages(buffer_id: int) -> Program[list[Message]]:
-        return decode_all((yield from _aggregated(buffer_id, None, None))[1])
+        rows = yield SQLiteConversations.page_statement("?", (buffer_id,), None, None)
+        return SQLiteConversations.page_from(rows, None).messages
 
     @staticmethod
-    def page(buffer_id: int, last: int | None, before: int | None) -> Program[HistoryPage]:
-        positions, texts = yield from _aggregated(buffer_id, last, before)
+    def page_statement(buffer: str, params: Sequence[Any], last: int | None,
+                       before: int | None) -> Statement:
+        """The shared page statement's rows, aggregated into one row of two texts."""
+        sql = _PAGE.format(buffer=buffer, before="" if before is None else " AND pos < ?",
+                           last="" if last is None else " DESC LIMIT ?")
+        values = [*params, *(() if before is None else (before,)),
+                  *(() if last is None else (last + 1,))]
+        return sql, values
+
+    @staticmethod
+    def page_from(rows: Rows, last: int | None) -> HistoryPage:
+        (positions_text, bodies_text), = rows
+        if positions_text is None:
+            return HistoryPage()
+        positions, texts = oldest_first(json.loads(f"[{positions_text}]"),
+                                        bodies_text.split(_SEPARATOR))
         more = last is not None and len(positions) > last
         if more:  # one more than asked was read, to know whether older entries exist
             del positions[0], texts[0]
         return HistoryPage(decode_all(texts), positions,
                            positions[0] if more and positions else None, encoded=texts)
-
-
-def _aggregated(buffer_id: int, last: int | None,
-                before: int | None) -> Program[tuple[list[int], list[str]]]:
-    """The positions and body texts of the newest ``last + 1`` entries older than
-    ``before`` (all entries when ``last`` is ``None``), oldest first, in one row."""
-    params: list[Any] = [buffer_id]
-    if before is not None:
-        params.append(before)
-    if last is not None:
-        params.append(last + 1)
-    sql = _PAGE.format(before="" if before is None else " AND pos < ?",
-                       last="" if last is None else " DESC LIMIT ?")
-    (positions_text, bodies_text), = yield (sql, params)
-    if positions_text is None:
-        return [], []
-    return oldest_first(json.loads(f"[{positions_text}]"), bodies_text.split(_SEPARATOR))
 
 
 def oldest_first(positions: list[int], bodies: list[Any]) -> tuple[list[int], list[Any]]:
