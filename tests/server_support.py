@@ -183,10 +183,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def live_server(app: FastAPI) -> Iterator[str]:
-    """Serve ``app`` with uvicorn in a thread; yields its base URL."""
+def live_server(app: FastAPI, http: Any = "auto") -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a thread (``http``: its protocol); yields its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, http=http,
                                            log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

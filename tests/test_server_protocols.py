@@ -1,13 +1,21 @@
-"""The server's transport: what one turn of the event loop writes goes out as ONE write
+"""The server's protocols: what one turn of the event loop writes goes out as ONE write
 (uvicorn writes a response head and its body separately), in order, before any close."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
+from pathlib import Path
 from typing import Any
 
+import httpx
+import pytest
+
+from flowmem import AsyncMemory
+from flowmem.server import Settings, create_app
 from flowmem.server.protocols import CoalescingTransport
+from server_support import flowmem, live_server
 
 
 class _Sink(asyncio.Protocol):
@@ -87,3 +95,25 @@ def test_nothing_is_held_past_its_turn() -> None:
         return writes
 
     assert asyncio.run(scenario()) == [b"event: one\n\n", b"event: two\n\n"]
+
+
+@pytest.mark.parametrize("http", ["flowmem.server.protocols:DeadlineProtocol",
+                                  "flowmem.server.fast_protocol:FastDeadlineProtocol"])
+def test_each_protocol_answers_turns_whole_on_one_connection(tmp_path: Path, http: str) -> None:
+    """End to end on h11 (the fallback) and httptools: the coalesced head and body of each
+    answer arrive whole, turn after turn on one keep-alive connection."""
+    store = f"sqlite:///{tmp_path / 'p.db'}"
+    secret = subprocess.run(flowmem("token", "create", "--user", "ana", "--store", store),
+                            capture_output=True, text=True, check=True).stdout.strip()
+    app = create_app(AsyncMemory.from_url(store), Settings(rate_limit=0.0))
+    with live_server(app, http=http) as base, httpx.Client(
+            base_url=base, headers={"Authorization": f"Bearer {secret}"}) as client:
+        sid = client.post("/v1/sessions", json={"title": "p"}).json()["data"]["id"]
+        for turn in range(3):
+            answer = client.post(f"/v1/sessions/{sid}/turns", json={
+                "messages": [{"role": "user", "content": f"turn {turn} \u00e9"}]})
+            assert answer.status_code == 200
+            assert answer.headers["content-length"] == str(len(answer.content))
+        echoed = answer.json()["data"]["messages"]
+        assert [e["message"]["content"] for e in echoed] == [f"turn {t} \u00e9" for t in range(3)]
+        assert answer.content.isascii()
