@@ -40,7 +40,7 @@ from ..ids import is_healed
 from ..messages import Message
 from ..plan import AppendPlan, BufferView, PendingCall, mentioned_ids, needs_pending, plan_append
 from ..scopes import StorageKey
-from ..store import AppendOutcome, HistoryPage, Idempotency, plan_stats
+from ..store import AppendOutcome, Idempotency, plan_stats
 from .sql_apply import Then, apply_plan
 from .sql_program import (
     AsyncExecute,
@@ -52,11 +52,12 @@ from .sql_program import (
     T,
     adrive,
     decode,
-    decode_all,
     drive,
     encode,
     resumed,
 )
+from .sql_reads import BUFFER_BY_KEY as _BUFFER_ID
+from .sql_reads import Reads
 
 __all__ = [
     "AsyncExecute",
@@ -79,7 +80,6 @@ _CLAIM: Final = (
 _PURGE_ONE_IN: Final = 64  # expired idempotency records are purged by one write in 64
 _BUFFER_ROW: Final = ("SELECT id, count, next_pos FROM buffers "
                       "WHERE scope = ? AND scope_id = ? AND key = ?")
-_BUFFER_ID: Final = "(SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?)"
 _NEW_BUFFER: Final = ("INSERT INTO buffers (scope, scope_id, key) VALUES (?, ?, ?) "
                       "ON CONFLICT (scope, scope_id, key) DO NOTHING")
 
@@ -125,7 +125,7 @@ def view_from(rows: Rows) -> BufferView:
     return BufferView(results, declared, pending)
 
 
-class SQLConversations:
+class SQLConversations(Reads):
     """The SQL programs of every store operation (sans-I/O: see the module notes).
 
     ``lock_row`` is appended to the statements that read a buffer's row
@@ -250,28 +250,6 @@ class SQLConversations:
         """:meth:`record_statements` as the program's last step."""
         yield Batch(tuple(self.record_statements(idempotency, outcome)), final=True)
 
-    def history(self, key: StorageKey, last: int | None,
-                before: int | None) -> Program[HistoryPage]:
-        """One batch (on PostgreSQL one round trip, with ``BEGIN`` and ``COMMIT``): the
-        buffer's count, whether the key holds a value, the page, and under a cursor the
-        count older than it (an index range count, no row is read)."""
-        where = (key.scope, key.scope_id, key.key)
-        statements = [("SELECT count FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?",
-                       where),
-                      ("SELECT 1 FROM kv WHERE scope = ? AND scope_id = ? AND key = ?", where),
-                      self.page_statement(_BUFFER_ID, where, last, before)]
-        if before is not None:
-            statements.append((f"SELECT count(*) FROM messages WHERE buffer_id = {_BUFFER_ID} "
-                               "AND pos < ?", (*where, before)))
-        buffer, value, rows, *older = yield Batch(tuple(statements), final=True)
-        if not buffer:
-            if value:
-                raise KeyConflict(f"key {key.key!r} holds a plain value, not a conversation")
-            return HistoryPage(total=0)
-        page = self.page_from(rows, last)
-        total = int(older[0][0][0]) if older else int(buffer[0][0])
-        return HistoryPage(page.messages, page.positions, page.before, total, page.encoded)
-
     def edit(self, key: StorageKey, position: int, message: Message | None) -> Program[bool]:
         buffer_id = yield from self.buffer_id(key, lock=True)
         if buffer_id is None:
@@ -347,38 +325,6 @@ class SQLConversations:
         ids ``incoming`` mentions, and the pending calls when it heals (indexed look-ups)."""
         parts, params = view_parts(_BUFFER_ID, (key.scope, key.scope_id, key.key), incoming)
         return [(" UNION ALL ".join(parts), params)] if parts else []
-
-    # -- reading ----------------------------------------------------------------
-    @staticmethod
-    def messages(buffer_id: int) -> Program[list[Message]]:
-        rows = yield ("SELECT body FROM messages WHERE buffer_id = ? ORDER BY pos", (buffer_id,))
-        return decode_all([row[0] for row in rows])
-
-    @staticmethod
-    def page_statement(buffer: str, params: Sequence[Any], last: int | None,
-                       before: int | None) -> Statement:
-        """The statement reading the newest ``last + 1`` entries older than ``before`` (all
-        of them without ``last``) of the buffer ``buffer`` names (``?`` or a subquery,
-        with its ``params``): one more than asked, to know whether older ones exist."""
-        sql = f"SELECT pos, body FROM messages WHERE buffer_id = {buffer}"
-        values: list[Any] = [*params]
-        if before is not None:
-            sql += " AND pos < ?"
-            values.append(before)
-        if last is None:
-            return sql + " ORDER BY pos", values
-        return sql + " ORDER BY pos DESC LIMIT ?", [*values, last + 1]
-
-    @staticmethod
-    def page_from(rows: Rows, last: int | None) -> HistoryPage:
-        """The page :meth:`page_statement`'s rows make, oldest first."""
-        more = last is not None and len(rows) > last
-        if last is not None:
-            rows = list(reversed(rows[:last]))
-        positions = [int(row[0]) for row in rows]
-        texts = [row[1] for row in rows]
-        return HistoryPage(decode_all(texts), positions,
-                           positions[0] if more and positions else None, encoded=texts)
 
     # -- the administrative path (MEM-15) ----------------------------------------
     def edit_entry(self, buffer_id: int, position: int,
