@@ -20,8 +20,9 @@ sit on one Redis Cluster slot and one script may touch them all::
 Each name component is percent-escaped (``%``, ``:``, ``{``, ``}``), so the
 layout is injective and a key never breaks out of its hash tag.
 
-:data:`APPLY` executes one :class:`~flowmem.plan.AppendPlan` — the same
-statements :mod:`flowmem.stores.sql` runs, as Redis commands — after checking
+:data:`APPLY` (written in :mod:`.redis_apply_lua`) executes one
+:class:`~flowmem.plan.AppendPlan` — the same statements :mod:`flowmem.stores.sql`
+runs, as Redis commands — after checking
 that the buffer's version is still the one the plan was made against. It
 parses and checks all of its input, and the type of every key, before its
 first write: Redis does not roll a script back, so a script that can fail
@@ -32,342 +33,13 @@ from __future__ import annotations
 
 from typing import Final
 
+from .redis_apply_lua import IDEM, PRELUDE, APPLY
+
 __all__ = ["APPLY", "BUFFER_PARTS", "DELETE", "EDIT", "HISTORY", "READ", "RELEASE", "RENEW",
            "WRITE"]
 
 BUFFER_PARTS: Final = ("v", "meta", "pos", "body", "info", "res", "calls", "pend", "lock")
 """The suffixes of one buffer's keys, in the order every script takes them."""
-
-_IDEM: Final = r"""
--- the idempotency record KEYS[10]: 'fingerprint\nexpires\noutcome' (expires in the
--- caller's clock, seconds; the key also has a PX ttl).
--- idem_first: nil when none or expired, false for another fingerprint
-local function idem_first(fp, now)
-  local first = redis.call('GET', KEYS[10])
-  if not first then return nil end
-  local f, e, o = string.match(first, '^([^\n]*)\n([^\n]*)\n(.*)$')
-  if tonumber(e) < tonumber(now) then return nil end
-  if f ~= fp then return false end
-  return o
-end
-local function idem_record(fp, ttl, now, outcome)
-  local expires = string.format('%.6f', tonumber(now) + tonumber(ttl) / 1000)
-  redis.call('SET', KEYS[10], fp .. '\n' .. expires .. '\n' .. outcome, 'PX', ttl)
-end
-"""
-
-_PRELUDE: Final = r"""
-local function s(n) return string.format('%d', n) end
-local TYPES = {'string', 'hash', 'zset', 'hash', 'hash', 'hash', 'hash', 'hash', 'string',
-               'string'}
-for i = 1, #KEYS do
-  local t = redis.call('TYPE', KEYS[i])['ok']
-  if t ~= 'none' and t ~= TYPES[i] then
-    return redis.error_reply('WRONGTYPE flowmem key ' .. KEYS[i] .. ' holds a ' .. t)
-  end
-end
-"""
-
-APPLY: Final = "#!lua\n" + _PRELUDE + _IDEM + r"""
--- KEYS: the nine BUFFER_PARTS (+ the idempotency record).  ARGV: 1 the append's lease
--- token ("" = go ahead whoever holds the lease: MEM-12's unserialized fallback), 2 the
--- lease's ms, 3 the new version, 4 SLOT, 5 max_messages ("" = unbounded), 6 the
--- idempotency fingerprint ("" = none), 7 its time to live (ms), 8 the caller's clock
--- (s); then the view the plan was made against: n (id code)... with code the id's
--- result ('-' none, 'h' a healed placeholder, 'r' real) then whether it is declared
--- ('d' or '-'), then '*' (the append does not heal) or m (id 'turn:ord')... the whole
--- of the unanswered calls; then the operations:
---   A role body answers healed(0/1) ndeclares id... nopens (id ord)...
---   R id body
---   H p|n turn count (id placeholder-body)...
--- Replies {'locked'} when another token holds the lease (nothing changed);
--- {'conflict', code..., [pend]} when the buffer no longer matches the view: the
--- ids' codes now and, when it heals, HGETALL of the unanswered calls (nothing
--- changed but the renewal of a lease the token holds); else {'ok', count, appended,
--- owned, created, (id code pend)...}: owned is 1 when no other token held the lease,
--- created 1 when the buffer did not exist, then the codes and unanswered-call
--- entries ('' for none) of every id the append touched, as they are now.
-local V, META, POS, BODY, INFO, RES, CALLS, PEND, LOCK =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
-local TOKEN = ARGV[1]
-local holder = redis.call('GET', LOCK)
-if TOKEN ~= '' and holder and holder ~= TOKEN then return {'locked'} end
-local owned = 0
-if TOKEN ~= '' then owned = 1 end
-local function release()
-  if holder and holder == TOKEN then redis.call('DEL', LOCK) end
-  return owned
-end
-
--- parse everything first: nothing below the parser may fail
-local function num(i)
-  local n = tonumber(ARGV[i])
-  if n == nil then error('flowmem: bad plan argument ' .. i) end
-  return n
-end
-local slot, window = num(4), nil
-if ARGV[5] ~= '' then window = num(5) end
-local ids, expect, pending = {}, {}, nil
-local i = 10
-for k = 1, num(9) do ids[k], expect[k] = ARGV[i], ARGV[i + 1] i = i + 2 end
-if ARGV[i] == '*' then
-  i = i + 1
-else
-  pending = {}
-  local n = num(i)
-  for k = 1, n do pending[k] = {ARGV[i + 2 * k - 1], ARGV[i + 2 * k]} end
-  i = i + 1 + 2 * n
-end
-local ops, sure = {}, {}
-while i <= #ARGV do
-  local kind = ARGV[i]
-  if kind == 'A' then
-    local op = {kind = 'A', role = ARGV[i + 1], body = ARGV[i + 2], answers = ARGV[i + 3],
-                healed = ARGV[i + 4], declares = {}, opens = {}}
-    local n = num(i + 5)
-    for k = 1, n do op.declares[k] = ARGV[i + 5 + k] end
-    i = i + 6 + n
-    n = num(i)
-    for k = 1, n do op.opens[k] = {ARGV[i + 2 * k - 1], num(i + 2 * k)} end
-    i = i + 1 + 2 * n
-    sure[#sure + 1] = op.answers == ''  -- an entry that is not a result is always added
-    ops[#ops + 1] = op
-  elseif kind == 'R' then
-    ops[#ops + 1] = {kind = 'R', id = ARGV[i + 1], body = ARGV[i + 2]}
-    i = i + 3
-  elseif kind == 'H' then
-    local op = {kind = 'H', ref = ARGV[i + 1], turn = num(i + 2), ids = {}, bodies = {}}
-    if op.ref == 'n' and not sure[op.turn + 1] then error('flowmem: bad turn reference') end
-    local n = num(i + 3)
-    for k = 1, n do op.ids[k], op.bodies[k] = ARGV[i + 2 + 2 * k], ARGV[i + 3 + 2 * k] end
-    i = i + 4 + 2 * n
-    ops[#ops + 1] = op
-  else
-    error('flowmem: bad plan operation at argument ' .. i)
-  end
-end
-if i ~= #ARGV + 1 then error('flowmem: truncated plan') end
-
-if ARGV[6] ~= '' then  -- a repeated idempotency key: the first outcome, nothing changes
-  local first = idem_first(ARGV[6], ARGV[8])
-  if first == false then return {'idem_conflict', 0, 0, release()} end
-  if first then
-    local c, a = string.match(first, '(%d+) (%d+)')
-    return {'replay', tonumber(c), tonumber(a), release()}
-  end
-end
-if redis.call('EXISTS', V) == 1 then release() return {'value'} end
-
--- the view check: the plan holds exactly when what it was made against still holds
--- (plan_append reads nothing else), whoever wrote in between
-local function code(id)
-  local held, c = redis.call('HGET', RES, id), '-'
-  if held then c = string.sub(held, 1, 1) == 'h' and 'h' or 'r' end
-  return c .. (redis.call('HEXISTS', CALLS, id) == 1 and 'd' or '-')
-end
-local stale = false
-for k, id in ipairs(ids) do
-  if code(id) ~= expect[k] then stale = true break end
-end
-if pending and not stale then
-  stale = redis.call('HLEN', PEND) ~= #pending
-  for _, p in ipairs(pending) do
-    if stale then break end
-    stale = redis.call('HGET', PEND, p[1]) ~= p[2]
-  end
-end
-if stale then
-  if holder and holder == TOKEN then redis.call('PEXPIRE', LOCK, ARGV[2]) end
-  local out = {'conflict'}
-  for _, id in ipairs(ids) do out[#out + 1] = code(id) end
-  if pending then out[#out + 1] = redis.call('HGETALL', PEND) end
-  return out
-end
-local created = 0
-if redis.call('EXISTS', META) == 0 then created = 1 end
-local touched = {}  -- every id whose result, declaration or unanswered call may change
-
--- the end of a turn's block: the last of the consecutive tool entries that follow
--- it (or the turn), and the position of the entry after the block (nil: none)
-local function block(turn)
-  local base, from = turn, '(' .. s(turn)
-  while true do
-    local nxt = redis.call('ZRANGEBYSCORE', POS, from, '+inf', 'LIMIT', 0, 32)
-    if #nxt == 0 then return base, nil end
-    for _, p in ipairs(nxt) do
-      local info = redis.call('HGET', INFO, p)
-      if not (info and string.sub(info, 1, 1) == 'T') then return base, tonumber(p) end
-      base = tonumber(p)
-    end
-    from = '(' .. nxt[#nxt]
-  end
-end
--- placeholders take base+1, base+2...: refuse, before any write, an append whose
--- placeholders would land on a stored entry (sql.py's UNIQUE (buffer_id, pos)
--- refuses it too). Only a stored turn's block can be that tight: this append's
--- own entries come at multiples of SLOT, after everything stored.
-for _, op in ipairs(ops) do
-  if op.kind == 'H' and op.ref == 'p' then
-    local base, after = block(op.turn)
-    if after and after <= base + #op.ids then
-      error('flowmem: no free position for the placeholders after the turn at ' .. s(op.turn))
-    end
-  end
-end
-
-local count = tonumber(redis.call('HGET', META, 'count') or '0')
-local nextpos = tonumber(redis.call('HGET', META, 'next') or '0')
-local appended, added = 0, {}
-
-local function put(p, body, info)
-  redis.call('ZADD', POS, p, p)
-  redis.call('HSET', BODY, p, body)
-  if info then redis.call('HSET', INFO, p, info) end
-end
-
--- a result, as the SQL stores write it (MEM-1, MEM-10): write at p when the id has no result;
--- overwrite a healed placeholder in place when this one is real; else nothing
-local function upsert(id, p, body, healed)
-  touched[id] = true
-  local held = redis.call('HGET', RES, id)
-  if not held then
-    put(p, body, 'T' .. id)
-    redis.call('HSET', RES, id, (healed == '1' and 'h' or '') .. p)
-    redis.call('HDEL', PEND, id)
-    return true
-  end
-  if string.sub(held, 1, 1) == 'h' and healed == '0' then
-    local at = string.sub(held, 2)
-    redis.call('HSET', BODY, at, body)
-    redis.call('HSET', RES, id, at)
-  end
-  return false
-end
-
-local function add(op, p)
-  if op.answers ~= '' then
-    return upsert(op.answers, p, op.body, op.healed)
-  end
-  local info = nil
-  if op.role == 'tool' then info = 'T' end
-  if #op.declares > 0 then info = 'A' .. table.concat(op.declares, '\0') end
-  put(p, op.body, info)
-  for k, id in ipairs(op.declares) do
-    touched[id] = true
-    local old = redis.call('HGET', CALLS, id)
-    local entry = p .. ':' .. s(k - 1)
-    redis.call('HSET', CALLS, id, old and (old .. ',' .. entry) or entry)
-  end
-  for _, open in ipairs(op.opens) do
-    redis.call('HSETNX', PEND, open[1], p .. ':' .. s(open[2]))
-  end
-  return true
-end
-
-local function heal(turn, ids, bodies)
-  local base = block(turn)
-  for k, id in ipairs(ids) do
-    local p = s(base + k)
-    touched[id] = true
-    put(p, bodies[k], 'T' .. id)
-    redis.call('HSET', RES, id, 'h' .. p)
-    redis.call('HDEL', PEND, id)
-  end
-  return #ids
-end
-
-local ordinal = 0
-for _, op in ipairs(ops) do
-  if op.kind == 'A' then
-    if add(op, s(nextpos)) then
-      added[ordinal] = nextpos
-      nextpos, count, appended = nextpos + slot, count + 1, appended + 1
-    end
-    ordinal = ordinal + 1
-  elseif op.kind == 'R' then
-    if upsert(op.id, s(nextpos), op.body, '0') then
-      nextpos, count, appended = nextpos + slot, count + 1, appended + 1
-    end
-  else
-    local turn = op.turn
-    if op.ref == 'n' then turn = added[op.turn] end
-    count = count + heal(turn, op.ids, op.bodies)
-  end
-end
-
--- the window, exactly as flowmem.buffer defines it (sql._evict)
-local function turns_of(id)
-  local out, v = {}, redis.call('HGET', CALLS, id)
-  if v then
-    for t, o in string.gmatch(v, '(%d+):(%d+)') do out[#out + 1] = {tonumber(t), o} end
-  end
-  return out
-end
-local function drop(p)
-  redis.call('ZREM', POS, p)
-  redis.call('HDEL', BODY, p)
-  redis.call('HDEL', INFO, p)
-end
-if window and count > window then
-  local excess = count - window
-  local victims = redis.call('ZRANGE', POS, 0, excess - 1)
-  local cutoff = tonumber(victims[#victims])
-  local affected, declared = {}, {}
-  for _, p in ipairs(victims) do
-    local info = redis.call('HGET', INFO, p)
-    if info and string.sub(info, 1, 1) == 'T' and #info > 1 then
-      local id = string.sub(info, 2)
-      affected[id] = true
-      local held = redis.call('HGET', RES, id)
-      if held and string.gsub(held, '^h', '') == p then redis.call('HDEL', RES, id) end
-    elseif info and string.sub(info, 1, 1) == 'A' then
-      for id in string.gmatch(string.sub(info, 2), '[^%z]+') do declared[id] = true end
-    end
-    drop(p)
-  end
-  local removed = excess
-  for id in pairs(declared) do
-    local keep = {}
-    for _, t in ipairs(turns_of(id)) do
-      if t[1] > cutoff then keep[#keep + 1] = s(t[1]) .. ':' .. t[2] end
-    end
-    if #keep > 0 then
-      redis.call('HSET', CALLS, id, table.concat(keep, ','))
-    else
-      redis.call('HDEL', CALLS, id)
-      local held = redis.call('HGET', RES, id)
-      if held then
-        drop((string.gsub(held, '^h', '')))
-        redis.call('HDEL', RES, id)
-        removed = removed + 1
-      end
-    end
-    affected[id] = true
-  end
-  for id in pairs(affected) do
-    touched[id] = true
-    redis.call('HDEL', PEND, id)
-    local first = nil
-    for _, t in ipairs(turns_of(id)) do
-      if first == nil or t[1] < first[1] then first = t end
-    end
-    if first and redis.call('HEXISTS', RES, id) == 0 then
-      redis.call('HSET', PEND, id, s(first[1]) .. ':' .. first[2])
-    end
-  end
-  count = count - removed
-end
-
-redis.call('HSET', META, 'ver', ARGV[3], 'count', s(count), 'next', s(nextpos))
-if ARGV[6] ~= '' then idem_record(ARGV[6], ARGV[7], ARGV[8], s(count) .. ' ' .. s(appended)) end
-local out = {'ok', count, appended, release(), created}
-for id in pairs(touched) do
-  out[#out + 1] = id
-  out[#out + 1] = code(id)
-  out[#out + 1] = redis.call('HGET', PEND, id) or ''
-end
-return out
-"""
 
 READ: Final = r"""#!lua flags=no-writes
 -- the whole key: {'v', value} | {'b', body...} | {'none'}
@@ -411,7 +83,7 @@ end
 return out
 """
 
-WRITE: Final = "#!lua\n" + _IDEM + r"""
+WRITE: Final = "#!lua\n" + IDEM + r"""
 -- a plain value replaces whatever the key held (ARGV[1]: JSON text); with an
 -- idempotency record (KEYS[10]; ARGV 2 fingerprint, 3 ms, 4 clock) a repeat does nothing
 if ARGV[2] then
@@ -425,7 +97,7 @@ if ARGV[2] then idem_record(ARGV[2], ARGV[3], ARGV[4], '') end
 return 1
 """
 
-DELETE: Final = "#!lua\n" + _IDEM + r"""
+DELETE: Final = "#!lua\n" + IDEM + r"""
 -- an idempotent delete: KEYS the nine BUFFER_PARTS + the idempotency record;
 -- ARGV 1 fingerprint, 2 ms, 3 clock.  Returns {'ok'|'replay'|'idem_conflict', found}
 local first = idem_first(ARGV[1], ARGV[3])
@@ -452,7 +124,7 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[
 return 0
 """
 
-EDIT: Final = "#!lua\n" + _PRELUDE + r"""
+EDIT: Final = "#!lua\n" + PRELUDE + r"""
 -- the administrative edit (MEM-15): replace a buffer's index keys whole, if its
 -- version is still ARGV[1].  ARGV: 1 version, 2 new version, 3 count, then
 -- n position... (pos), then five sections of n (field value)... for body, info,
