@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .redis_apply_lua import IDEM, PRELUDE, APPLY
+from .redis_apply_lua import APPLY, IDEM, PRELUDE
 
 __all__ = ["APPLY", "BUFFER_PARTS", "DELETE", "EDIT", "HISTORY", "READ", "RELEASE", "RENEW",
            "WRITE"]
