@@ -272,8 +272,7 @@ class MemoryCore:
         if where is None:
             return HistoryResult(scope=scope, refused=True, total=0)
         page = yield StoreCall("history", (where,), {"last": last, "before": before})
-        return HistoryResult(page.messages, page.positions, page.before, scope, where.scope_id,
-                             total=page.total, encoded=page.encoded)
+        return HistoryResult.of_page(page, scope, where.scope_id)
 
     def _keys(self, scope: str, context: ExecutionContext | None, prefix: str,
               after: str | None, limit: int) -> Operation[list[str]]:

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 from .buffer import AppendResult
 from .errors import MessagesNotLoaded
 from .messages import Message
+from .pages import UNPARSED, parse_on_read, unparsed
 
 __all__ = [
     "DeleteResult",
@@ -57,6 +58,7 @@ class DeleteResult:
     refused: bool = False
 
 
+@parse_on_read
 @dataclass(frozen=True, slots=True)
 class HistoryResult:
     """A page of a conversation, oldest first; ``before`` pages further back.
@@ -64,7 +66,8 @@ class HistoryResult:
     ``total`` counts the entries before ``before`` (the whole conversation
     without it; ``None`` where the store does not count). ``encoded`` is the
     store's JSON text of each message when it gave it
-    (:class:`~flowmem.store.HistoryPage`); it takes no part in comparisons.
+    (:class:`~flowmem.store.HistoryPage`); it takes no part in comparisons, and
+    ``messages`` is parsed from it when first read (:mod:`flowmem.pages`).
     """
 
     messages: list[Message] = field(default_factory=list)
@@ -75,6 +78,20 @@ class HistoryResult:
     refused: bool = False
     total: int | None = None
     encoded: list[str] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of_page(cls, page: Any, scope: str, resolved_scope_id: str) -> HistoryResult:
+        """A store's page for the caller, its messages still unparsed if they were."""
+        return cls(unparsed(page), page.positions, page.before, scope, resolved_scope_id,
+                   total=page.total, encoded=page.encoded)
+
+    def kept(self, count: int) -> HistoryResult:
+        """The first ``count`` entries (unparsed if they were); ``before`` only if any."""
+        messages = unparsed(self)
+        return HistoryResult(messages if messages is UNPARSED else messages[:count],
+                             self.positions[:count], self.before if count else None,
+                             self.scope, self.resolved_scope_id, self.refused, self.total,
+                             None if self.encoded is None else self.encoded[:count])
 
 
 def _not_loaded() -> NoReturn:

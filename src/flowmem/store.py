@@ -29,6 +29,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 from ._frozen import quick_init
 from .messages import Message
+from .pages import parse_on_read
 from .plan import AppendPlan
 from .scopes import StorageKey
 
@@ -99,6 +100,7 @@ class Idempotency:
     now: float
 
 
+@parse_on_read
 @quick_init
 @dataclass(frozen=True, slots=True)
 class HistoryPage:
@@ -114,7 +116,9 @@ class HistoryPage:
     store holds it (compact and ASCII-only, as the SQL and Redis stores
     write bodies), in the same order: what a server can send on without
     encoding the messages again. It says nothing the messages do not, and
-    takes no part in comparisons.
+    takes no part in comparisons. A store that gives it may leave
+    ``messages`` :data:`~flowmem.pages.UNPARSED`: they are parsed from it when
+    first read.
     """
 
     messages: list[Message] = field(default_factory=list)

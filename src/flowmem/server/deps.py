@@ -215,11 +215,7 @@ async def history_page(server: ServerState, scope: str, key: str, context: Execu
     """
     fetched = await server.memory.history(scope, key, context=context, last=offset + limit,
                                           before=before)
-    keep = max(len(fetched.positions) - offset, 0)
-    page = HistoryResult(fetched.messages[:keep], fetched.positions[:keep],
-                         fetched.before if keep else None, fetched.scope,
-                         fetched.resolved_scope_id, fetched.refused,
-                         encoded=None if fetched.encoded is None else fetched.encoded[:keep])
+    page = fetched.kept(max(len(fetched.positions) - offset, 0))
     total = fetched.total
     if total is None:  # a store that does not count: count the positions (linear)
         total = len((await server.memory.history(scope, key, context=context,

@@ -32,6 +32,7 @@ from typing import Any, Final
 from ..entries import edit_entries
 from ..errors import StoreError
 from ..messages import Message
+from ..pages import UNPARSED
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
 from . import redis_scripts as lua
@@ -141,8 +142,8 @@ class RedisPrograms:
         positions = [int(p) for p in reply[2::2]]
         texts = [body.decode() for body in reply[3::2]]
         more = bool(reply[0]) and bool(positions)
-        return HistoryPage(decode_all(texts), positions, positions[0] if more else None,
-                           int(reply[1]), texts)
+        return HistoryPage(UNPARSED, positions, positions[0] if more else None, int(reply[1]),
+                           texts)
 
     def keys(self, scope: str, scope_id: str, prefix: str, after: str | None,
              limit: int) -> Program[list[str]]:

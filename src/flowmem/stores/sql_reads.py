@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from ..errors import KeyConflict
 from ..messages import Message
+from ..pages import UNPARSED
 from ..scopes import StorageKey
 from ..store import HistoryPage
 from .sql_program import Batch, Program, Rows, Statement, decode_all
@@ -50,7 +51,7 @@ class Reads:
             return HistoryPage(total=0)
         page = self.page_from(rows, last)
         total = int(older[0][0][0]) if older else int(count)
-        return HistoryPage(page.messages, page.positions, page.before, total, page.encoded)
+        return HistoryPage(UNPARSED, page.positions, page.before, total, page.encoded)
 
     # -- reading ----------------------------------------------------------------
     @staticmethod
@@ -81,6 +82,6 @@ class Reads:
             rows = list(reversed(rows[:last]))
         positions = [int(row[0]) for row in rows]
         texts = [row[1] for row in rows]
-        return HistoryPage(decode_all(texts), positions,
-                           positions[0] if more and positions else None, encoded=texts)
+        return HistoryPage(UNPARSED, positions, positions[0] if more and positions else None,
+                           encoded=texts)
 

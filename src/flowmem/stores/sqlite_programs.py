@@ -27,12 +27,13 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ..messages import Message
+from ..pages import UNPARSED
 from ..plan import AppendPlan, BufferView, PendingCall
 from ..scopes import StorageKey
 from ..store import HistoryPage
 from .sql import Program, SQLConversations, view_from, view_parts
 from .sql_apply import Then
-from .sql_program import Rows, Statement, decode_all
+from .sql_program import Rows, Statement
 from .sqlite_hot import HotBuffer, HotBuffers
 
 __all__ = ["SQLiteConversations"]
@@ -161,8 +162,8 @@ class SQLiteConversations(SQLConversations):
         more = last is not None and len(positions) > last
         if more:  # one more than asked was read, to know whether older entries exist
             del positions[0], texts[0]
-        return HistoryPage(decode_all(texts), positions,
-                           positions[0] if more and positions else None, encoded=texts)
+        return HistoryPage(UNPARSED, positions, positions[0] if more and positions else None,
+                           encoded=texts)
 
 
 def oldest_first(positions: list[int], bodies: list[Any]) -> tuple[list[int], list[Any]]:
