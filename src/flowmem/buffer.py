@@ -22,6 +22,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ._frozen import quick_new
 from .entries import derive_indexes, edit_entries
 from .errors import InvalidInput
 from .ids import declared_call_ids, is_healed, result_id
@@ -38,6 +39,7 @@ from .plan import (
     BufferView,
     HealTurn,
     NewTurn,
+    Op,
     PendingCall,
     ReplacePlaceholder,
     TurnRef,
@@ -229,12 +231,22 @@ class ConversationBuffer:
             last.freeze()
         self._last = None
 
-    def apply(self, plan: AppendPlan, *, max_messages: int | None) -> None:
-        """Execute a plan, then the window."""
+    def apply(self, plan: AppendPlan, *, max_messages: int | None) -> int:
+        """Execute a plan, then the window; returns the buffer's length after it."""
         if self._last is not None:
             self._freeze_last()
+        ops = plan.ops
+        if len(ops) == 1 and type(ops[0]) is AddEntry:
+            self._add(ops[0])  # the common plan: one new entry
+        else:
+            self._apply_ops(ops)
+        if max_messages is not None:
+            self._evict(len(self._entries) - max_messages)
+        return len(self._entries)
+
+    def _apply_ops(self, ops: Sequence[Op]) -> None:
         added: dict[int, int] = {}
-        for op in plan.ops:
+        for op in ops:
             if isinstance(op, AddEntry):
                 added[op.ordinal] = self._add(op)
             elif isinstance(op, ReplacePlaceholder):
@@ -242,8 +254,6 @@ class ConversationBuffer:
                 self._healed[op.call_id] = is_healed(op.message)
             elif isinstance(op, HealTurn):
                 self._heal(_resolve(op.turn, added), op.call_ids)
-        if max_messages is not None:
-            self._evict(len(self._entries) - max_messages)
 
     def _push(self, message: Message) -> int:
         pos = self._next
@@ -264,7 +274,8 @@ class ConversationBuffer:
             for order, call in enumerate(op.declares):
                 self._calls.setdefault(call, []).append((pos, order))
             for call, order in op.opens:
-                self._pending.setdefault(call, PendingCall(call, pos, order))
+                if call not in self._pending:
+                    self._pending[call] = _new_pending(call, pos, order)
         return pos
 
     def _find(self, pos: int) -> int:
@@ -332,6 +343,9 @@ class ConversationBuffer:
             self._pending[call] = PendingCall(call, pos, order)
         else:
             self._pending.pop(call, None)
+
+
+_new_pending = quick_new(PendingCall)
 
 
 def _resolve(turn: TurnRef, added: dict[int, int]) -> int:
