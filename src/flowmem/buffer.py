@@ -113,9 +113,16 @@ def check_max_messages(max_messages: int | None) -> int | None:
 class _Entry:
     __slots__ = ("message", "pos")
 
-    def __init__(self, pos: int, message: Message) -> None:
-        self.pos = pos
-        self.message = message
+    pos: int
+    message: Message
+
+
+def _entry(pos: int, message: Message) -> _Entry:
+    # no __init__: ``_Entry()`` then two slot stores cost half a call through ``__init__``
+    entry = _Entry()
+    entry.pos = pos
+    entry.message = message
+    return entry
 
 
 def _pos(entry: _Entry) -> int:
@@ -171,7 +178,7 @@ class ConversationBuffer:
         if edited is None:
             return False
         self._freeze_last()
-        self._entries = [_Entry(pos, body) for pos, body in edited]
+        self._entries = [_entry(pos, body) for pos, body in edited]
         self._reindex()
         return True
 
@@ -258,13 +265,15 @@ class ConversationBuffer:
     def _push(self, message: Message) -> int:
         pos = self._next
         self._next += SLOT
-        self._entries.append(_Entry(pos, message))
+        self._entries.append(_entry(pos, message))
         return pos
 
     def _add(self, op: AddEntry) -> int:
         pos = self._next
         self._next += SLOT
-        entry = _Entry(pos, op.message)
+        entry = _Entry()  # _entry, inlined: this runs per append
+        entry.pos = pos
+        entry.message = op.message
         self._entries.append(entry)
         if op.answers is not None:
             self._results[op.answers] = [entry]
@@ -290,7 +299,7 @@ class ConversationBuffer:
             end += 1
         base = self._entries[end].pos
         for offset, call in enumerate(call_ids, start=1):
-            entry = _Entry(base + offset, healed_placeholder(call))
+            entry = _entry(base + offset, healed_placeholder(call))
             self._entries.insert(end + offset, entry)
             self._results[call] = [entry]
             self._healed[call] = True
