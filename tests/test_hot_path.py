@@ -15,22 +15,29 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 import logging
+import pickle
 import threading
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from flowmem import ExecutionContext, StorageKey
-from flowmem._frozen import quick_init
+from flowmem import ExecutionContext, StorageKey, plan
+from flowmem._frozen import quick_init, quick_new
+from flowmem.errors import KeyConflict
 from flowmem.memory import Memory
+from flowmem.messages import canonical_messages
 from flowmem.metrics import Metrics
-from flowmem.plan import AddEntry, AppendPlan, PendingCall
+from flowmem.plan import SLOT, AddEntry, AppendPlan, BufferView, PendingCall, plan_append
 from flowmem.store import AppendOutcome, AppendStats, HistoryPage, Idempotency
 from flowmem.stores.memory import InMemoryStore
+from test_buffer_properties import messages as buffer_messages
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -176,3 +183,100 @@ def test_the_direct_call_and_the_metrics_path_give_the_same_results() -> None:
     again = plain.append("session", "k", _user("x"), context=context, idempotency_key="i1")
     replay = plain.append("session", "k", _user("x"), context=context, idempotency_key="i1")
     assert replay.replayed and (replay.count, replay.appended) == (again.count, again.appended)
+
+
+# -- quick_new: the factories of the per-append dataclasses ---------------------------------
+@pytest.mark.parametrize("cls", [AddEntry, AppendPlan, PendingCall, AppendOutcome, AppendStats])
+def test_quick_new_builds_the_same_frozen_instance_as_the_constructor(cls: type[Any]) -> None:
+    new = quick_new(cls)
+    assert [p.name for p in inspect.signature(new).parameters.values()] == [
+        f.name for f in dataclasses.fields(cls)]
+    args = [i for i, f in enumerate(dataclasses.fields(cls))
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    made, built = new(*args), cls(*args)
+    assert type(made) is cls and made == built and repr(made) == repr(built)
+    assert hash(made) == hash(built)
+    assert copy.deepcopy(made) == built and pickle.loads(pickle.dumps(made)) == built
+    assert dataclasses.replace(made) == built
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(made, dataclasses.fields(cls)[0].name, 1)
+
+
+def test_quick_new_gives_a_fresh_default_and_refuses_what_it_cannot_build() -> None:
+    new = quick_new(_Quick)
+    assert new(1).b == [] and new(1).b is not new(1).b
+    assert new(1, [2], False) == _Quick(1, [2], False)
+    with pytest.raises(TypeError):
+        new()  # type: ignore[call-arg]
+
+    class Loose:
+        __slots__ = ("a",)
+
+    @dataclasses.dataclass(frozen=True)
+    class Unslotted:
+        a: int
+
+    for cls in (Loose, Unslotted):
+        with pytest.raises(TypeError):
+            quick_new(cls)
+
+
+# -- the planner's short path for one message (MEM-1, 2, 3, 10, 11) -------------------------
+_IDS = ["c0", "c1", "c2", "c3", "7"]  # the ids of test_buffer_properties' messages, but c4
+_pending = st.builds(PendingCall, st.sampled_from(_IDS),
+                     st.integers(0, 9).map(lambda p: p * SLOT), st.integers(0, 2))
+_views = st.builds(
+    BufferView,
+    st.dictionaries(st.sampled_from(_IDS), st.booleans(), max_size=5),
+    st.frozensets(st.sampled_from(_IDS), max_size=5),
+    st.lists(_pending, max_size=3, unique_by=lambda p: p.call_id),
+)
+
+
+@given(view=_views, message=buffer_messages)
+@settings(max_examples=400, deadline=None)
+def test_the_one_message_plan_is_the_planners(view: BufferView, message: dict[str, Any]) -> None:
+    """The short path decides a one-message append exactly as the planner does."""
+    canonical = canonical_messages(message)
+    assert plan_append(view, canonical) == plan._plan(view, canonical)
+
+
+@pytest.mark.parametrize("message", [
+    {"role": "user", "content": "q"},
+    {"role": "system", "content": "s"},
+    {"role": "assistant", "content": "a"},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c9", "type": "function"}]},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function"}]},
+    {"role": "tool", "tool_call_id": "c9", "content": "r"},
+    {"role": "tool", "tool_call_id": "0", "content": "r"},  # an unusable id (MEM-11)
+])
+def test_the_common_one_message_appends_take_the_short_path(message: dict[str, Any]) -> None:
+    view = BufferView({"c1": False}, frozenset({"c1"}), ())
+    assert plan._plan_one(view, canonical_messages(message)[0]) is not None
+
+
+@pytest.mark.parametrize("message", [
+    {"role": "tool", "tool_call_id": "c1", "content": "again"},  # MEM-1: a duplicate
+    {"role": "tool", "tool_call_id": "c2", "content": "late"},  # MEM-10: replaces
+    {"role": "user", "content": "next"},  # MEM-3: heals c3
+])
+def test_the_rest_goes_through_the_planner(message: dict[str, Any]) -> None:
+    view = BufferView({"c1": False, "c2": True}, frozenset({"c1", "c2", "c3"}),
+                      [PendingCall("c3", 0, 0)])
+    assert plan._plan_one(view, canonical_messages(message)[0]) is None
+
+
+def test_the_memory_store_forgets_its_last_buffer_when_the_key_is_replaced() -> None:
+    """Writing or deleting the key an append used last never leaves appends to the old buffer."""
+    memory = Memory(InMemoryStore())
+    context = ExecutionContext(session_id="s")
+    memory.append("session", "k", _user("a"), context=context)
+    memory.delete("session", "k", context=context)
+    assert memory.append("session", "k", _user("b"), context=context).count == 1
+    memory.write("session", "k", 1, context=context)
+    with pytest.raises(KeyConflict):
+        memory.append("session", "k", _user("c"), context=context)
+    memory.delete("session", "k", context=context)
+    assert memory.append("session", "k", _user("d"), context=context).count == 1
+    assert memory.read("session", "k", context=context).value == [
+        {"role": "user", "content": "d", "metadata": {}}]

@@ -22,6 +22,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ._frozen import quick_new
 from .entries import derive_indexes, edit_entries
 from .errors import InvalidInput
 from .ids import declared_call_ids, is_healed, result_id
@@ -38,6 +39,7 @@ from .plan import (
     BufferView,
     HealTurn,
     NewTurn,
+    Op,
     PendingCall,
     ReplacePlaceholder,
     TurnRef,
@@ -111,9 +113,16 @@ def check_max_messages(max_messages: int | None) -> int | None:
 class _Entry:
     __slots__ = ("message", "pos")
 
-    def __init__(self, pos: int, message: Message) -> None:
-        self.pos = pos
-        self.message = message
+    pos: int
+    message: Message
+
+
+def _entry(pos: int, message: Message) -> _Entry:
+    # no __init__: ``_Entry()`` then two slot stores cost half a call through ``__init__``
+    entry = _Entry()
+    entry.pos = pos
+    entry.message = message
+    return entry
 
 
 def _pos(entry: _Entry) -> int:
@@ -169,7 +178,7 @@ class ConversationBuffer:
         if edited is None:
             return False
         self._freeze_last()
-        self._entries = [_Entry(pos, body) for pos, body in edited]
+        self._entries = [_entry(pos, body) for pos, body in edited]
         self._reindex()
         return True
 
@@ -229,12 +238,22 @@ class ConversationBuffer:
             last.freeze()
         self._last = None
 
-    def apply(self, plan: AppendPlan, *, max_messages: int | None) -> None:
-        """Execute a plan, then the window."""
+    def apply(self, plan: AppendPlan, *, max_messages: int | None) -> int:
+        """Execute a plan, then the window; returns the buffer's length after it."""
         if self._last is not None:
             self._freeze_last()
+        ops = plan.ops
+        if len(ops) == 1 and type(ops[0]) is AddEntry:
+            self._add(ops[0])  # the common plan: one new entry
+        else:
+            self._apply_ops(ops)
+        if max_messages is not None:
+            self._evict(len(self._entries) - max_messages)
+        return len(self._entries)
+
+    def _apply_ops(self, ops: Sequence[Op]) -> None:
         added: dict[int, int] = {}
-        for op in plan.ops:
+        for op in ops:
             if isinstance(op, AddEntry):
                 added[op.ordinal] = self._add(op)
             elif isinstance(op, ReplacePlaceholder):
@@ -242,19 +261,19 @@ class ConversationBuffer:
                 self._healed[op.call_id] = is_healed(op.message)
             elif isinstance(op, HealTurn):
                 self._heal(_resolve(op.turn, added), op.call_ids)
-        if max_messages is not None:
-            self._evict(len(self._entries) - max_messages)
 
     def _push(self, message: Message) -> int:
         pos = self._next
         self._next += SLOT
-        self._entries.append(_Entry(pos, message))
+        self._entries.append(_entry(pos, message))
         return pos
 
     def _add(self, op: AddEntry) -> int:
         pos = self._next
         self._next += SLOT
-        entry = _Entry(pos, op.message)
+        entry = _Entry()  # _entry, inlined: this runs per append
+        entry.pos = pos
+        entry.message = op.message
         self._entries.append(entry)
         if op.answers is not None:
             self._results[op.answers] = [entry]
@@ -264,7 +283,8 @@ class ConversationBuffer:
             for order, call in enumerate(op.declares):
                 self._calls.setdefault(call, []).append((pos, order))
             for call, order in op.opens:
-                self._pending.setdefault(call, PendingCall(call, pos, order))
+                if call not in self._pending:
+                    self._pending[call] = _new_pending(call, pos, order)
         return pos
 
     def _find(self, pos: int) -> int:
@@ -279,7 +299,7 @@ class ConversationBuffer:
             end += 1
         base = self._entries[end].pos
         for offset, call in enumerate(call_ids, start=1):
-            entry = _Entry(base + offset, healed_placeholder(call))
+            entry = _entry(base + offset, healed_placeholder(call))
             self._entries.insert(end + offset, entry)
             self._results[call] = [entry]
             self._healed[call] = True
@@ -332,6 +352,9 @@ class ConversationBuffer:
             self._pending[call] = PendingCall(call, pos, order)
         else:
             self._pending.pop(call, None)
+
+
+_new_pending = quick_new(PendingCall)
 
 
 def _resolve(turn: TurnRef, added: dict[int, int]) -> int:

@@ -26,7 +26,14 @@ from .formats import to_canonical
 from .ids import is_key_text
 from .messages import Message, canonical_message, canonical_messages, json_copy
 from .metrics import Metrics
-from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
+from .results import (
+    DeleteResult,
+    HistoryResult,
+    ReadResult,
+    ScopedAppendResult,
+    WriteResult,
+    appended_result,
+)
 from .scopes import ExecutionContext, StorageKey, resolve_scope
 from .store import AppendOutcome, Idempotency
 
@@ -255,10 +262,8 @@ class MemoryCore:
         if loaders[0] is not where:  # the same key as the last append: the same loader
             loaders = self._loaders = (where, *self._loader(where))
         _, load, aload = loaders
-        return ScopedAppendResult(
-            scope=where.scope, resolved_scope_id=where.scope_id, serialized=outcome.serialized,
-            count=outcome.count, appended=outcome.appended, replayed=outcome.replayed,
-            load=load, aload=aload)
+        return appended_result(where.scope, where.scope_id, outcome.serialized, outcome.count,
+                               outcome.appended, outcome.replayed, load, aload)
 
     def _loader(self, where: StorageKey) -> tuple[Loader | None, AsyncLoader | None]:
         """How an append result reads its buffer on this face: ``(load, aload)``."""

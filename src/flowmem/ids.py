@@ -16,7 +16,7 @@ id is ``tool_call_id`` at the top level or inside ``metadata``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 __all__ = [
     "call_entries",
@@ -29,6 +29,10 @@ __all__ = [
     "result_id",
     "usable_id",
 ]
+
+
+_SEQUENCES: Final = (list, tuple)
+"""What a ``tool_calls`` field must be (a tuple of types: ``list | tuple`` is built per test)."""
 
 
 def _id_text(value: Any) -> str | None:
@@ -109,7 +113,7 @@ def call_entries(message: Mapping[str, Any]) -> list[Any]:
     if message.get("role") != "assistant":
         return []
     entries = _field(message, "tool_calls")
-    if isinstance(entries, list | tuple):
+    if isinstance(entries, _SEQUENCES):
         return list(entries)
     return []
 
@@ -145,14 +149,20 @@ def declared_call_ids(message: Mapping[str, Any]) -> list[str]:
     """
     if message.get("role") != "assistant":
         return []
-    entries = _field(message, "tool_calls")
-    if not isinstance(entries, list | tuple):
+    entries = message.get("tool_calls")  # _field, inlined: this runs per assistant turn
+    if entries is None:
+        metadata = message.get("metadata")
+        if type(metadata) is dict or isinstance(metadata, Mapping):
+            entries = metadata.get("tool_calls")
+    if type(entries) is not list and not isinstance(entries, _SEQUENCES):
         return []
     ids: list[str] = []
     for entry in entries:  # call_entries and call_id, without the copy and the calls
         if type(entry) is not dict and not isinstance(entry, Mapping):
             continue
-        found = usable_id(entry.get("tool_call_id"))
+        found = entry.get("tool_call_id")  # absent in the provider-flat spelling: no call
+        if found is not None:
+            found = usable_id(found)
         if found is None:
             found = usable_id(entry.get("id"))
         if found is not None and found not in ids:

@@ -182,6 +182,11 @@ def canonical_message(message: Any, *, index: int | None = None,
     subclass) naming ``where[index].field`` when the message is not a
     mapping, its role is missing or unknown, or a field is not JSON.
     """
+    return _canonical(message, index, where)
+
+
+def _canonical(message: Any, index: int | None, where: str) -> Message:
+    """:func:`canonical_message`, positional (the per-append call)."""
     if type(message) is not dict and not isinstance(message, Mapping):
         raise MessageTypeError(f"expected a message mapping, got {type(message).__name__}",
                                index=index, where=where)
@@ -280,11 +285,11 @@ def _check_pairing_fields(metadata: dict[str, Any], index: int | None, where: st
 def canonical_messages(messages: Any, *, where: str = "incoming") -> list[Message]:
     """Validate one message or a list of them; all or nothing."""
     if type(messages) is dict or isinstance(messages, Mapping):
-        return [canonical_message(messages, where=where)]
+        return [_canonical(messages, None, where)]
     if not isinstance(messages, list | tuple):
         raise MessageTypeError(f"expected a message or a list of messages, "
                                f"got {type(messages).__name__}", where=where)
-    return [canonical_message(item, index=i, where=where) for i, item in enumerate(messages)]
+    return [_canonical(item, i, where) for i, item in enumerate(messages)]
 
 
 def healed_placeholder(call_id: str) -> Message:

@@ -33,7 +33,7 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from ._frozen import quick_init
+from ._frozen import quick_init, quick_new
 from .ids import declared_call_ids, is_healed, result_id
 from .messages import Message
 
@@ -138,6 +138,9 @@ class HealTurn:
 
 Op = AddEntry | ReplacePlaceholder | HealTurn
 
+_new_entry = quick_new(AddEntry)  # the planner's constructions (see quick_new)
+_new_pending = quick_new(PendingCall)
+
 
 @quick_init
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,9 @@ class AppendPlan:
     dropped_turns: int = 0
     healed: int = 0
     replaced: int = 0
+
+
+_new_plan = quick_new(AppendPlan)
 
 
 def mentioned_ids(incoming: Sequence[Message]) -> set[str]:
@@ -208,7 +214,7 @@ class _Planner:
 
     def add(self, message: Message, answers: str | None = None, healed: bool = False,
             declares: tuple[str, ...] = (), opens: tuple[tuple[str, int], ...] = ()) -> None:
-        self.ops.append(AddEntry(self.adds, message, answers, healed, declares, opens))
+        self.ops.append(_new_entry(self.adds, message, answers, healed, declares, opens))
         self.adds += 1
 
     def tool(self, message: Message) -> None:
@@ -248,7 +254,7 @@ class _Planner:
         for order, call in enumerate(ids):
             # an id declared before is already pending at its first turn, or answered
             if call not in declared and call not in known and self.held(call) is None:
-                self.pending[call] = PendingCall(call, turn, order)
+                self.pending[call] = _new_pending(call, turn, order)
                 opens.append((call, order))
             declared.add(call)
         self.add(message, None, False, tuple(ids), tuple(opens))
@@ -285,8 +291,55 @@ def _turn_order(turn: TurnRef) -> tuple[int, int]:
     return (1, turn.ordinal) if isinstance(turn, NewTurn) else (0, turn)
 
 
+def _plan_one(view: BufferView, message: Message) -> AppendPlan | None:
+    """The plan of a one-message append when it needs no planner state, else ``None``.
+
+    The common appends, decided here by the same rules as :class:`_Planner`
+    (a planner that has seen nothing yet reads only the view): a ``system``
+    message, a ``user`` message with nothing unanswered (MEM-3 heals
+    nothing), an assistant turn (MEM-2) and a tool result whose id has no
+    result yet (MEM-1). Anything else — a heal, a duplicate, a placeholder
+    replacement (MEM-10) — goes through the planner.
+    """
+    role = message["role"]
+    if role == "tool":
+        answered = result_id(message)
+        if answered is None:
+            return _new_plan((_new_entry(0, message),), 1)
+        if view.results.get(answered) is not None:
+            return None  # a duplicate or a replacement (MEM-1, MEM-10)
+        return _new_plan((_new_entry(0, message, answered, is_healed(message)),), 1)
+    if role == "assistant":
+        ids = declared_call_ids(message)
+        if not ids:
+            return _new_plan((_new_entry(0, message),), 1)  # MEM-2: never dropped
+        known, results = view.declared, view.results
+        opens: list[tuple[str, int]] = []
+        new = False
+        for order, call in enumerate(ids):  # the ids are distinct (declared_call_ids)
+            if call not in known:
+                new = True
+                if results.get(call) is None:
+                    opens.append((call, order))
+        if not new:
+            return _new_plan((), 0, 0, 1)  # MEM-2: every id already declared
+        return _new_plan((_new_entry(0, message, None, False, tuple(ids), tuple(opens)),), 1)
+    if role == "user" and view.pending:
+        return None  # MEM-3: the planner heals (an unsized iterable is read there too)
+    return _new_plan((_new_entry(0, message),), 1)
+
+
 def plan_append(view: BufferView, incoming: Sequence[Message]) -> AppendPlan:
     """Plan appending canonical ``incoming`` messages to the buffer ``view`` describes."""
+    if len(incoming) == 1:
+        plan = _plan_one(view, incoming[0])
+        if plan is not None:
+            return plan
+    return _plan(view, incoming)
+
+
+def _plan(view: BufferView, incoming: Sequence[Message]) -> AppendPlan:
+    """:func:`plan_append` by the planner, whatever the append."""
     planner = _Planner(view)
     for message in incoming:
         role = message["role"]
@@ -298,5 +351,5 @@ def plan_append(view: BufferView, incoming: Sequence[Message]) -> AppendPlan:
             if role == "user":
                 planner.heal()  # MEM-3: only a user message heals
             planner.add(message)
-    return AppendPlan(tuple(planner.ops), planner.adds, planner.dropped_results,
-                      planner.dropped_turns, planner.healed, planner.replaced)
+    return _new_plan(tuple(planner.ops), planner.adds, planner.dropped_results,
+                     planner.dropped_turns, planner.healed, planner.replaced)

@@ -23,6 +23,7 @@ __all__ = [
     "ReadResult",
     "ScopedAppendResult",
     "WriteResult",
+    "appended_result",
 ]
 
 
@@ -137,3 +138,30 @@ class ScopedAppendResult(AppendResult):
         if self._messages is None and self._aload is not None:
             self._messages = await self._aload()
         return self.messages
+
+
+_new = object.__new__
+
+
+def appended_result(scope: str, resolved_scope_id: str, serialized: bool, count: int,
+                    appended: int, replayed: bool,
+                    load: Callable[[], list[Message]] | None,
+                    aload: Callable[[], Awaitable[list[Message]]] | None,
+                    ) -> ScopedAppendResult:
+    """``ScopedAppendResult(...)`` of an append a store answered (one loader given).
+
+    The coordinator's per-append construction: positional, and without the
+    constructor's call through ``type`` and its keyword parsing (a third of the cost).
+    """
+    result: ScopedAppendResult = _new(ScopedAppendResult)
+    result.count = count
+    result.appended = appended
+    result._messages = None
+    result._load = _not_loaded if aload is not None else load
+    result._aload = aload
+    result.scope = scope
+    result.resolved_scope_id = resolved_scope_id
+    result.serialized = serialized
+    result.refused = False
+    result.replayed = replayed
+    return result

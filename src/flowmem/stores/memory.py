@@ -9,8 +9,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, Final
 
+from .._frozen import quick_new
 from ..buffer import ConversationBuffer
 from ..errors import IdempotencyConflict, KeyConflict
 from ..messages import Message, json_copy
@@ -20,6 +21,10 @@ from ..store import AppendOutcome, HistoryPage, Idempotency, plan_stats
 from .locks import KeyLocks, stripe_of
 
 __all__ = ["InMemoryStore"]
+
+
+_NO_BUFFER: Final = (None, None)
+_new_outcome = quick_new(AppendOutcome)
 
 
 class _Value:
@@ -38,6 +43,8 @@ class InMemoryStore:
         self._locks = KeyLocks()
         self._hot: tuple[StorageKey | None, threading.Lock] = (None, threading.Lock())
         self._keys: dict[str, tuple[str, Any, float]] = {}  # idempotency key -> record
+        # the last appended key's buffer; forgotten whenever a key's holding is replaced
+        self._last_buffer: tuple[StorageKey | None, ConversationBuffer | None] = _NO_BUFFER
 
     def read(self, key: StorageKey) -> tuple[bool, Any]:
         with self._mutex:
@@ -53,6 +60,7 @@ class InMemoryStore:
         copied = json_copy(value)
         with self._mutex:
             if self._replay(idempotency) is None:
+                self._last_buffer = _NO_BUFFER
                 self._data[key] = _Value(copied)
                 self._record(idempotency, True)
 
@@ -61,6 +69,7 @@ class InMemoryStore:
             first = self._replay(idempotency)
             if first is not None:
                 return bool(first)
+            self._last_buffer = _NO_BUFFER
             found = self._data.pop(key, None) is not None
             self._record(idempotency, found)
             return found
@@ -94,12 +103,10 @@ class InMemoryStore:
         else:
             lock = self._locks.thread_lock(stripe_of(key))
             self._hot = (key, lock)
-        if not lock.acquire(True, max(lock_timeout, 0.0)):
-            return self.apply_append(key, incoming, max_messages=max_messages,
-                                     serialized=False, idempotency=idempotency)
+        if not lock.acquire(True, lock_timeout if lock_timeout > 0.0 else 0.0):
+            return self._apply(key, incoming, max_messages, False, idempotency)
         try:
-            return self.apply_append(key, incoming, max_messages=max_messages,
-                                     idempotency=idempotency)
+            return self._apply(key, incoming, max_messages, True, idempotency)
         finally:
             lock.release()
 
@@ -107,21 +114,25 @@ class InMemoryStore:
                      max_messages: int | None, serialized: bool = True,
                      idempotency: Idempotency | None = None) -> AppendOutcome:
         """The append's atomic step, for a caller that already waited for the MEM-12 lock."""
+        return self._apply(key, incoming, max_messages, serialized, idempotency)
+
+    def _apply(self, key: StorageKey, incoming: Sequence[Message], max_messages: int | None,
+               serialized: bool, idempotency: Idempotency | None) -> AppendOutcome:
         with self._mutex:
             if idempotency is not None:
                 first = self._replay(idempotency)
                 if first is not None:
                     return AppendOutcome(first[0], first[1], serialized, replayed=True)
-            buffer = self._data.get(key)
-            if type(buffer) is not ConversationBuffer:
+            last, buffer = self._last_buffer  # the same (frozen) key's: no StorageKey hash
+            if last is not key or buffer is None:
                 buffer = self._buffer(key, create=True)
                 assert buffer is not None
+                self._last_buffer = (key, buffer)
             plan = plan_append(buffer.view(incoming), incoming)
-            buffer.apply(plan, max_messages=max_messages)
-            count = len(buffer)
+            count = buffer.apply(plan, max_messages=max_messages)
             if idempotency is not None:
                 self._record(idempotency, (count, plan.appended))
-            return AppendOutcome(count, plan.appended, serialized, plan_stats(plan))
+            return _new_outcome(count, plan.appended, serialized, plan_stats(plan))
 
     def _buffer(self, key: StorageKey, *, create: bool) -> ConversationBuffer | None:
         held = self._data.get(key)
@@ -160,4 +171,5 @@ class InMemoryStore:
 
     def close(self) -> None:
         with self._mutex:
+            self._last_buffer = _NO_BUFFER
             self._data.clear()
