@@ -105,6 +105,7 @@ from ..errors import InvalidStoreURL, MissingDependency, StoreError, StoreUnavai
 try:
     import psycopg
     from psycopg import errors as pg_errors
+    from psycopg.generators import execute
     from psycopg_pool import ConnectionPool
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency(exc.name or "psycopg", "postgres") from exc
@@ -123,10 +124,11 @@ from .postgres_common import (
     PostgresOptions,
     advisory_key,
     begin,
+    bound,
     broken,
     connect_kwargs,
     mapped,
-    query,
+    rows_of,
     unserialized,
 )
 from .postgres_schema import MIGRATIONS, migrate, quoted_schema, stored_version
@@ -142,15 +144,17 @@ Cursor = psycopg.Cursor[Row]
 
 def _send(conn: Connection, statements: Sequence[Statement],
           head: Begin | None = None) -> list[Rows]:
-    """Run ``head`` and ``statements`` in one round trip; the rows of each."""
-    sql, params = query(statements, head)
-    cur = psycopg.ClientCursor(conn)
-    cur.execute(sql, params)
-    rows: list[Rows] = []
-    while True:
-        rows.append(cur.fetchall() if cur.description is not None else [])
-        if not cur.nextset():
-            return rows
+    """Run ``head`` and ``statements`` in one round trip; the rows of each.
+
+    Sent on the connection's own protocol handle, not through a cursor: a cursor's
+    per-result bookkeeping (descriptions, row makers, the prepared-statement cache)
+    cost more client CPU than the round trip's I/O.
+    """
+    sql = bound(conn, statements, head)
+    with conn.lock:
+        conn.pgconn.send_query(sql)
+        results = conn.wait(execute(conn.pgconn))
+    return rows_of(conn, results)
 
 
 def setup(options: PostgresOptions) -> None:

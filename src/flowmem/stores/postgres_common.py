@@ -39,8 +39,10 @@ from ..scopes import StorageKey
 
 try:
     import psycopg
+    from psycopg import adapt
+    from psycopg import errors as pg_errors
     from psycopg.conninfo import conninfo_to_dict
-    from psycopg.pq import TransactionStatus
+    from psycopg.pq import ExecStatus, TransactionStatus
     from psycopg.pq import version as libpq_version
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("psycopg", "postgres") from exc
@@ -50,7 +52,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("psycopg_pool", "postgres") from exc
 
 from .sql import SQLConversations
-from .sql_program import Statement
+from .sql_program import Rows, Statement
 
 __all__ = [
     "COMMIT",
@@ -64,11 +66,13 @@ __all__ = [
     "PostgresOptions",
     "advisory_key",
     "begin",
+    "bound",
     "broken",
     "connect_kwargs",
     "mapped",
     "pg",
     "query",
+    "rows_of",
     "unserialized",
 ]
 
@@ -292,6 +296,42 @@ def query(statements: Sequence[Statement], head: Begin | None = None) -> tuple[s
     sql = "; ".join([*([head.sql] if head is not None else []),
                      *(pg(statement) for statement, _ in statements)])
     return sql, [value for _, params in statements for value in params]
+
+
+def bound(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+          statements: Sequence[Statement], head: Begin | None = None) -> bytes:
+    """:func:`query` with its values bound by psycopg (quoted for ``conn``, as a
+    ``ClientCursor`` binds them): the bytes of one simple-protocol query."""
+    sql, params = query(statements, head)
+    cursor = (psycopg.AsyncClientCursor(conn) if isinstance(conn, psycopg.AsyncConnection)
+              else psycopg.ClientCursor(conn))
+    return cursor.mogrify(sql, params).encode(conn.info.encoding)
+
+
+_TUPLES_OK: Final = ExecStatus.TUPLES_OK
+_NO_ROWS: Final = (ExecStatus.COMMAND_OK, ExecStatus.EMPTY_QUERY)
+
+
+def rows_of(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
+            results: Sequence[Any]) -> list[Rows]:
+    """The rows of each result of one round trip, as tuples; the first error as
+    psycopg's exception (a cursor's checks, without its per-result bookkeeping)."""
+    loader = adapt.Transformer(conn)
+    rows: list[Rows] = []
+    for result in results:
+        status = result.status
+        if status == _TUPLES_OK:
+            loader.set_pgresult(result)
+            rows.append(loader.load_rows(0, result.ntuples, tuple))
+        elif status in _NO_ROWS:
+            rows.append([])
+        elif status == ExecStatus.FATAL_ERROR:
+            raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
+        else:
+            raise pg_errors.InternalError(f"unexpected result status: {status}")
+    if not rows:
+        raise pg_errors.InternalError("got no result from the query")
+    return rows
 
 
 def broken(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
