@@ -93,6 +93,22 @@ def test_url_options_are_checked() -> None:
             open_store(f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}{bad}")
 
 
+def test_libpq_parameters_with_spaces_reach_the_server(schema: tuple[str, str]) -> None:
+    # libpq's URI decodes %20 but not +: a space re-encoded as + made the server
+    # refuse "-c+application_name=..." at connect
+    url, _ = schema
+    store = open_store(f"{url}&options=-c%20application_name%3Dflowmem_spaced")
+    try:
+        with admin() as conn:
+            store.read(StorageKey("session", "u", "spaced"))
+            store.read(StorageKey("session", "u", "spaced"))  # a pooled connection is open
+            seen = conn.execute("SELECT count(*) FROM pg_stat_activity "
+                                "WHERE application_name = 'flowmem_spaced'").fetchone()
+        assert seen is not None and seen[0] >= 1
+    finally:
+        store.close()
+
+
 def test_unreachable_server_is_store_unavailable_quickly() -> None:
     began = time.monotonic()
     with pytest.raises(StoreUnavailable):

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ..errors import InvalidStoreURL, MissingDependency, StoreBusy, StoreError, StoreUnavailable
 from ..scopes import StorageKey
@@ -144,7 +144,9 @@ class PostgresOptions:
         query = parse_qsl(parts.query, keep_blank_values=True)
         ours = {name: value for name, value in query if name in OPTIONS}
         libpq = [(name, value) for name, value in query if name not in OPTIONS]
-        conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), ""))
+        # %20, not +: libpq decodes a URI's percent escapes only (options=-c%20name%3Dvalue)
+        conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path,
+                               urlencode(libpq, quote_via=quote), ""))
         try:
             return cls(conninfo, schema=ours.get("schema", "flowmem"),
                        pool_min=int(ours.get("pool_min", 1)),
