@@ -113,6 +113,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
+from .postgres_binding import bound
 from .postgres_common import (
     COMMIT,
     EDIT_LOCK_TIMEOUT,
@@ -124,7 +125,6 @@ from .postgres_common import (
     PostgresOptions,
     advisory_key,
     begin,
-    bound,
     broken,
     connect_kwargs,
     mapped,

@@ -45,6 +45,7 @@ from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
 from .postgres import setup
+from .postgres_binding import bound
 from .postgres_common import (
     COMMIT,
     EDIT_LOCK_TIMEOUT,
@@ -55,7 +56,6 @@ from .postgres_common import (
     PostgresOptions,
     advisory_key,
     begin,
-    bound,
     broken,
     connect_kwargs,
     mapped,

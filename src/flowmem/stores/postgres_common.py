@@ -66,7 +66,6 @@ __all__ = [
     "PostgresOptions",
     "advisory_key",
     "begin",
-    "bound",
     "broken",
     "connect_kwargs",
     "mapped",
@@ -298,16 +297,6 @@ def query(statements: Sequence[Statement], head: Begin | None = None) -> tuple[s
     sql = "; ".join([*([head.sql] if head is not None else []),
                      *(pg(statement) for statement, _ in statements)])
     return sql, [value for _, params in statements for value in params]
-
-
-def bound(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
-          statements: Sequence[Statement], head: Begin | None = None) -> bytes:
-    """:func:`query` with its values bound by psycopg (quoted for ``conn``, as a
-    ``ClientCursor`` binds them): the bytes of one simple-protocol query."""
-    sql, params = query(statements, head)
-    cursor = (psycopg.AsyncClientCursor(conn) if isinstance(conn, psycopg.AsyncConnection)
-              else psycopg.ClientCursor(conn))
-    return cursor.mogrify(sql, params).encode(conn.info.encoding)
 
 
 _TUPLES_OK: Final = ExecStatus.TUPLES_OK
