@@ -46,8 +46,12 @@ Bounds: every wait ends, with a typed error.
 
 Round trips: every step of a program (a statement, or a
 :class:`~flowmem.stores.sql_program.Batch`) is ONE query string, its values
-bound by psycopg on the client (``ClientCursor``, as psycopg2 always did: a
-failed statement in the server's log, or ``pg_stat_activity``, shows them).
+bound on the client, as psycopg's ``ClientCursor`` binds them
+(:mod:`flowmem.stores.postgres_binding`; as psycopg2 always did: a failed
+statement in the server's log, or ``pg_stat_activity``, shows them), and sent
+in the simple protocol: nothing is prepared, PostgreSQL parses and plans each
+statement (measured: preparing them saves no server CPU that shows, and
+psycopg's pipeline mode costs more client CPU than it saves).
 The first step also carries ``BEGIN``, the search path, the timeouts and, for
 a writer, the MEM-12 lock; a final batch also carries ``COMMIT``. So the
 common append — an existing conversation, no window — is two round trips:
