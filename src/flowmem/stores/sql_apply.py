@@ -37,7 +37,7 @@ from ..messages import healed_placeholder
 from ..plan import SLOT, AddEntry, AppendPlan, HealTurn, NewTurn, ReplacePlaceholder
 from .sql_program import Batch, Program, Rows, Statement, encode
 
-__all__ = ["apply_plan"]
+__all__ = ["SAVE", "SAVE_UNCHECKED", "apply_plan"]
 
 _INSERT_ENTRY: Final = ("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
                         "VALUES (?, ?, ?, ?, ?, ?)")
@@ -51,23 +51,29 @@ _REPLACE: Final = (
     "SET body = excluded.body, healed = 0 RETURNING pos"
 )
 _UNPEND: Final = "DELETE FROM pending WHERE buffer_id = ? AND call_id = ?"
-_SAVE: Final = "UPDATE buffers SET count = ?, next_pos = ? WHERE id = ? RETURNING 1"
+SAVE: Final = "UPDATE buffers SET count = ?, next_pos = ? WHERE id = ? RETURNING 1"
+"""The buffer row's new count and next position; its one row is checked."""
+SAVE_UNCHECKED: Final = "UPDATE buffers SET count = ?, next_pos = ? WHERE id = ?"
+""":data:`SAVE` with no row to check, for a backend whose transaction already holds the
+database's write lock and read the row in it (SQLite: ``RETURNING`` costs a few µs)."""
 _BLOCK_END: Final = (  # the last entry before the first non-result after the turn
     "SELECT pos FROM messages WHERE buffer_id = ? AND pos < coalesce("
     "(SELECT pos FROM messages WHERE buffer_id = ? AND pos > ? AND role <> 'tool' "
     "ORDER BY pos LIMIT 1), 9223372036854775807) ORDER BY pos DESC LIMIT 1"
 )
-_ROWS_EXPECTED: Final = (_REPLACE, _SAVE)  # statements that must return exactly one row
+_ROWS_EXPECTED: Final = (_REPLACE, SAVE)  # statements that must return exactly one row
 
 Then = Callable[[int, int], Sequence[Statement]]
 """The statements that end the transaction with the append, given ``(count, appended)``."""
 
 
 def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
-               max_messages: int | None, then: Then) -> Program[tuple[int, int]]:
+               max_messages: int | None, then: Then,
+               save: str = SAVE) -> Program[tuple[int, int]]:
     """Execute ``plan``, the window and ``then``'s statements; returns ``(count, appended)``.
 
-    Ends the program: its last step is a final :class:`Batch`.
+    Ends the program: its last step is a final :class:`Batch`. ``save`` is the
+    statement that stores the buffer row (:data:`SAVE` or :data:`SAVE_UNCHECKED`).
     """
     queued: list[Statement] = []
     added: dict[int, int] = {}
@@ -88,7 +94,7 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
     if max_messages is not None and count > max_messages:
         removed, queued = yield from evict(buffer_id, count - max_messages, queued)
         count -= removed
-    queued.append((_SAVE, (count, next_pos, buffer_id)))
+    queued.append((save, (count, next_pos, buffer_id)))
     queued += then(count, appended)
     yield from _send(queued, final=True)
     return count, appended

@@ -32,7 +32,7 @@ from ..plan import AppendPlan, BufferView, PendingCall
 from ..scopes import StorageKey
 from ..store import HistoryPage
 from .sql import Program, SQLConversations, view_from, view_parts
-from .sql_apply import Then
+from .sql_apply import SAVE_UNCHECKED, Then, apply_plan
 from .sql_program import Rows, Statement
 from .sqlite_hot import HotBuffer, HotBuffers
 
@@ -102,7 +102,9 @@ class SQLiteConversations(SQLConversations):
     def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
               max_messages: int | None, then: Then) -> Program[tuple[int, int]]:
         target, self._target = self._target, None
-        done = yield from super().apply(buffer_id, count, next_pos, plan, max_messages, then)
+        # the row was read (or known hot) under this transaction's write lock: no check
+        done = yield from apply_plan(buffer_id, count, next_pos, plan, max_messages, then,
+                                     SAVE_UNCHECKED)
         if target is not None and self.hot is not None:
             names, buffer = target
             if done == (count + plan.appended + plan.healed, plan.appended):
