@@ -41,7 +41,7 @@ from ..messages import Message
 from ..plan import AppendPlan, BufferView, PendingCall, mentioned_ids, needs_pending, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, Idempotency, plan_stats
-from .sql_apply import Then, apply_plan
+from .sql_apply import PendingInRow, Then, apply_plan
 from .sql_program import (
     AsyncExecute,
     Batch,
@@ -88,12 +88,14 @@ def _marks(items: Sequence[Any]) -> str:
     return ", ".join("?" for _ in items)
 
 
-def view_parts(buffer: str, buffer_params: Sequence[Any],
-               incoming: Sequence[Message]) -> tuple[list[str], list[Any]]:
+def view_parts(buffer: str, buffer_params: Sequence[Any], incoming: Sequence[Message],
+               *, pending: bool = True) -> tuple[list[str], list[Any]]:
     """The SELECTs of the planner's view (to be joined by UNION ALL) and their params.
 
     ``buffer`` is the SQL naming the buffer's id (``"?"`` with ``buffer_params``
     ``(id,)``, or a subquery); each row is ``(kind, id, first, second)``.
+    ``pending=False``: the unanswered calls are not read (a backend keeping them
+    in the buffer row has them already).
     """
     ids = sorted(mentioned_ids(incoming))
     parts: list[str] = []
@@ -104,7 +106,7 @@ def view_parts(buffer: str, buffer_params: Sequence[Any],
                   f"SELECT 1, call_id, 0, 0 FROM calls WHERE buffer_id = {buffer} "
                   f"AND call_id IN ({_marks(ids)})"]
         params += [*buffer_params, *ids, *buffer_params, *ids]
-    if needs_pending(incoming):
+    if pending and needs_pending(incoming):
         parts.append(f"SELECT 2, call_id, turn_pos, ord FROM pending WHERE buffer_id = {buffer}")
         params += buffer_params
     return parts, params
@@ -131,10 +133,18 @@ class SQLConversations(Reads):
     ``lock_row`` is appended to the statements that read a buffer's row
     inside a writing transaction (``" FOR UPDATE"`` on PostgreSQL, ``""`` on
     SQLite whose ``BEGIN IMMEDIATE`` already holds the write lock).
+    :attr:`pending_in_row`: the unanswered calls are kept in the buffer row
+    (:class:`~flowmem.stores.sql_apply.PendingInRow`), not in a ``pending`` table.
     """
+
+    pending_in_row = False
 
     def __init__(self, *, lock_row: str = "") -> None:
         self.lock_row = lock_row
+
+    def _index_tables(self) -> tuple[str, ...]:
+        """The tables holding a buffer's rows besides its own row."""
+        return ("messages", "calls") if self.pending_in_row else ("messages", "calls", "pending")
 
     # -- store operations: one program each, run inside one transaction ---------
     def read(self, key: StorageKey) -> Program[tuple[bool, Any]]:
@@ -290,7 +300,7 @@ class SQLConversations(Reads):
         return int(rows[0][0]), int(rows[0][1]), int(rows[0][2])
 
     def drop_buffer(self, buffer_id: int) -> Program[None]:
-        for table in ("messages", "calls", "pending"):
+        for table in self._index_tables():
             yield (f"DELETE FROM {table} WHERE buffer_id = ?", (buffer_id,))
         yield ("DELETE FROM buffers WHERE id = ?", (buffer_id,))
 
@@ -336,13 +346,12 @@ class SQLConversations(Reads):
         edited = edit_entries([(int(pos), decode(body)) for pos, body in rows], position, message)
         if edited is None:
             return False
-        for table in ("messages", "calls", "pending"):
+        for table in self._index_tables():
             yield (f"DELETE FROM {table} WHERE buffer_id = ?", (buffer_id,))
         yield from self._rewrite(buffer_id, edited)
         return True
 
-    @staticmethod
-    def _rewrite(buffer_id: int, entries: list[tuple[int, Message]]) -> Program[None]:
+    def _rewrite(self, buffer_id: int, entries: list[tuple[int, Message]]) -> Program[None]:
         indexes = derive_indexes(entries)
         owner = {spots[0]: call for call, spots in indexes.results.items()}
         for pos, message in entries:
@@ -356,6 +365,11 @@ class SQLConversations(Reads):
                 yield ("INSERT INTO calls (buffer_id, call_id, turn_pos, ord) "
                        "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                        (buffer_id, call, turn, order))
+        if self.pending_in_row:
+            calls = PendingInRow.of(indexes.pending)
+            yield ("UPDATE buffers SET count = ?, pending = ? WHERE id = ?",
+                   (len(entries), calls.encode(), buffer_id))
+            return
         for pending in indexes.pending:
             yield ("INSERT INTO pending (buffer_id, call_id, turn_pos, ord) VALUES (?, ?, ?, ?)",
                    (buffer_id, pending.call_id, pending.turn, pending.order))
