@@ -41,7 +41,7 @@ from ..messages import Message
 from ..plan import AppendPlan, BufferView, PendingCall, mentioned_ids, needs_pending, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, Idempotency, plan_stats
-from .sql_apply import PendingInRow, Then, apply_plan
+from .sql_apply import Then, apply_plan
 from .sql_program import (
     AsyncExecute,
     Batch,
@@ -133,18 +133,13 @@ class SQLConversations(Reads):
     ``lock_row`` is appended to the statements that read a buffer's row
     inside a writing transaction (``" FOR UPDATE"`` on PostgreSQL, ``""`` on
     SQLite whose ``BEGIN IMMEDIATE`` already holds the write lock).
-    :attr:`pending_in_row`: the unanswered calls are kept in the buffer row
-    (:class:`~flowmem.stores.sql_apply.PendingInRow`), not in a ``pending`` table.
     """
 
-    pending_in_row = False
+    index_tables: tuple[str, ...] = ("messages", "calls", "pending")
+    """The tables holding a buffer's rows besides the buffer's own row."""
 
     def __init__(self, *, lock_row: str = "") -> None:
         self.lock_row = lock_row
-
-    def _index_tables(self) -> tuple[str, ...]:
-        """The tables holding a buffer's rows besides its own row."""
-        return ("messages", "calls") if self.pending_in_row else ("messages", "calls", "pending")
 
     # -- store operations: one program each, run inside one transaction ---------
     def read(self, key: StorageKey) -> Program[tuple[bool, Any]]:
@@ -300,7 +295,7 @@ class SQLConversations(Reads):
         return int(rows[0][0]), int(rows[0][1]), int(rows[0][2])
 
     def drop_buffer(self, buffer_id: int) -> Program[None]:
-        for table in self._index_tables():
+        for table in self.index_tables:
             yield (f"DELETE FROM {table} WHERE buffer_id = ?", (buffer_id,))
         yield ("DELETE FROM buffers WHERE id = ?", (buffer_id,))
 
@@ -346,7 +341,7 @@ class SQLConversations(Reads):
         edited = edit_entries([(int(pos), decode(body)) for pos, body in rows], position, message)
         if edited is None:
             return False
-        for table in self._index_tables():
+        for table in self.index_tables:
             yield (f"DELETE FROM {table} WHERE buffer_id = ?", (buffer_id,))
         yield from self._rewrite(buffer_id, edited)
         return True
@@ -365,12 +360,13 @@ class SQLConversations(Reads):
                 yield ("INSERT INTO calls (buffer_id, call_id, turn_pos, ord) "
                        "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                        (buffer_id, call, turn, order))
-        if self.pending_in_row:
-            calls = PendingInRow.of(indexes.pending)
-            yield ("UPDATE buffers SET count = ?, pending = ? WHERE id = ?",
-                   (len(entries), calls.encode(), buffer_id))
-            return
-        for pending in indexes.pending:
+        yield from self.save_rewritten(buffer_id, len(entries), indexes.pending)
+
+    @staticmethod
+    def save_rewritten(buffer_id: int, count: int,
+                       pending: Sequence[PendingCall]) -> Program[None]:
+        """The unanswered calls and the count of a rewritten buffer."""
+        for call in pending:
             yield ("INSERT INTO pending (buffer_id, call_id, turn_pos, ord) VALUES (?, ?, ?, ?)",
-                   (buffer_id, pending.call_id, pending.turn, pending.order))
-        yield ("UPDATE buffers SET count = ? WHERE id = ?", (len(entries), buffer_id))
+                   (buffer_id, call.call_id, call.turn, call.order))
+        yield ("UPDATE buffers SET count = ? WHERE id = ?", (count, buffer_id))

@@ -65,13 +65,19 @@ class SQLiteConversations(SQLConversations):
     buffer row (schema 4, :class:`~flowmem.stores.sql_apply.PendingInRow`).
     """
 
-    pending_in_row = True
+    index_tables = ("messages", "calls")  # the unanswered calls are in the buffer row
 
     def __init__(self, hot: HotBuffers | None = None) -> None:
         super().__init__()
         self.hot = hot
         self._target: tuple[tuple[str, str, str], HotBuffer] | None = None
         self._pending: PendingInRow | None = None  # the opened buffer's, for apply
+
+    @staticmethod
+    def save_rewritten(buffer_id: int, count: int,
+                       pending: Sequence[PendingCall]) -> Program[None]:
+        yield ("UPDATE buffers SET count = ?, pending = ? WHERE id = ?",
+               (count, PendingInRow.of(pending).encode(), buffer_id))
 
     def forget_hot(self, key: StorageKey | None = None) -> None:
         """Drop the hot copy of ``key`` (a write, delete or edit of it), or all of them
