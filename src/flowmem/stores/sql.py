@@ -93,9 +93,8 @@ def view_parts(buffer: str, buffer_params: Sequence[Any], incoming: Sequence[Mes
     """The SELECTs of the planner's view (to be joined by UNION ALL) and their params.
 
     ``buffer`` is the SQL naming the buffer's id (``"?"`` with ``buffer_params``
-    ``(id,)``, or a subquery); each row is ``(kind, id, first, second)``.
-    ``pending=False``: the unanswered calls are not read (a backend keeping them
-    in the buffer row has them already).
+    ``(id,)``, or a subquery); each row is ``(kind, id, first, second)``. ``pending=False``:
+    not the unanswered calls (a backend keeping them in the buffer row has them).
     """
     ids = sorted(mentioned_ids(incoming))
     parts: list[str] = []
@@ -135,8 +134,7 @@ class SQLConversations(Reads):
     SQLite whose ``BEGIN IMMEDIATE`` already holds the write lock).
     """
 
-    index_tables: tuple[str, ...] = ("messages", "calls", "pending")
-    """The tables holding a buffer's rows besides the buffer's own row."""
+    index_tables: tuple[str, ...] = ("messages", "calls", "pending")  # a buffer's other rows
 
     def __init__(self, *, lock_row: str = "") -> None:
         self.lock_row = lock_row

@@ -83,7 +83,6 @@ from .sqlite_schema import (
 __all__ = ["MIGRATIONS", "MIN_SQLITE_VERSION", "SQLiteStore"]
 
 SYNCHRONOUS: Final = ("full", "normal", "off")
-_BEGIN: Final = {"IMMEDIATE": "BEGIN IMMEDIATE", "DEFERRED": "BEGIN DEFERRED"}
 MODES: Final = ("rwc", "rw", "ro")
 _T = TypeVar("_T")
 logger = logging.getLogger("flowmem")
@@ -281,7 +280,7 @@ class SQLiteStore:
                 raise StoreUnavailable(self._gone)
             cursor = conn.cursor()  # one cursor for the transaction: not one per statement
             try:
-                cursor.execute(_BEGIN[mode])
+                cursor.execute(f"BEGIN {mode}")
             except sqlite3.OperationalError as exc:
                 raise mapped_error(exc, self.path) from exc
             try:
