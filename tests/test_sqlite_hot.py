@@ -131,7 +131,7 @@ def test_a_failed_append_teaches_the_copy_nothing(tmp_path: Path) -> None:
     path = tmp_path / "f.db"
     store = SQLiteStore(str(path))
     with sqlite3.connect(path) as raw:  # a real failure half-way through the statements
-        raw.execute("CREATE TRIGGER refuse BEFORE INSERT ON pending WHEN NEW.call_id = 'boom' "
+        raw.execute("CREATE TRIGGER refuse BEFORE INSERT ON calls WHEN NEW.call_id = 'boom' "
                     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
     raw.close()
     _warm(store)

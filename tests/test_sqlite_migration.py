@@ -1,11 +1,14 @@
 """Upgrading a database written by an earlier flowmem: migration 3 (#14) rewrites the
-messages table and keeps every conversation exactly, its rule indexes included."""
+messages table, migration 4 moves the unanswered calls into the buffer rows; both keep
+every conversation exactly, its rule indexes included."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
+from flowmem.ids import result_id
 from flowmem.messages import canonical_messages
 from flowmem.scopes import StorageKey
 from flowmem.stores.sqlite import SQLiteStore
@@ -19,21 +22,28 @@ CALL = {"role": "assistant", "content": None,
                                                                     "arguments": "{}"}}]}
 
 
-def _version_2_copy(source: Path, target: Path) -> None:
-    """``source``'s rows in a database at schema version 2 (as flowmem 0.2 wrote it)."""
+def _old_copy(source: Path, target: Path, version: int) -> None:
+    """``source``'s rows in a database at schema ``version`` (2: as flowmem 0.2 wrote it;
+    3: before the unanswered calls moved into the buffer rows)."""
     old = sqlite3.connect(target, isolation_level=None)
     old.execute("PRAGMA journal_mode=WAL")
-    for migration in MIGRATIONS[:2]:
+    for migration in MIGRATIONS[:version]:
         for statement in migration.split(";"):
             if statement.strip():
                 old.execute(statement)
-    old.execute("PRAGMA user_version = 2")
+    old.execute(f"PRAGMA user_version = {version}")
     new = sqlite3.connect(source)
-    for table in ("kv", "buffers", "messages", "calls", "pending"):
-        rows = new.execute(f"SELECT * FROM {table}").fetchall()
-        if rows:
-            marks = ", ".join("?" for _ in rows[0])
-            old.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+    rows = {table: new.execute(f"SELECT * FROM {table}").fetchall()
+            for table in ("kv", "messages", "calls")}
+    rows["buffers"] = new.execute("SELECT id, scope, scope_id, key, count, next_pos "
+                                  "FROM buffers").fetchall()
+    rows["pending"] = [(buffer_id, call, turn, order)
+                       for buffer_id, text in new.execute("SELECT id, pending FROM buffers")
+                       for call, (turn, order) in json.loads(text).items()]
+    for table, values in rows.items():
+        if values:
+            marks = ", ".join("?" for _ in values[0])
+            old.executemany(f"INSERT INTO {table} VALUES ({marks})", values)
     new.close()
     old.close()
 
@@ -47,7 +57,7 @@ def test_a_version_2_database_is_migrated_with_its_conversations(tmp_path: Path)
     written.write(StorageKey("user", "u1", "prefs"), {"theme": "dark"})
     before = written.read(KEY)
     written.close()
-    _version_2_copy(tmp_path / "new.db", tmp_path / "old.db")
+    _old_copy(tmp_path / "new.db", tmp_path / "old.db", 2)
 
     store = SQLiteStore(str(tmp_path / "old.db"))
     assert store.read(KEY) == before
@@ -63,3 +73,42 @@ def test_a_version_2_database_is_migrated_with_its_conversations(tmp_path: Path)
         assert raw.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_schema")}
     assert "calls_turn" not in tables and "messages_by_position" not in tables
+
+
+def test_a_version_3_database_keeps_its_unanswered_calls_in_the_buffer_rows(
+        tmp_path: Path) -> None:
+    """Migration 4: each buffer's pending rows become its row's ``pending``; the table goes.
+    The calls are still unanswered afterwards: MEM-1 drops a repeated result, MEM-3 heals
+    the rest at the next user turn, in declaration order."""
+    other = StorageKey("session", "s2", "chat")
+    written = SQLiteStore(str(tmp_path / "new.db"))
+    for key, answered in ((KEY, "c1"), (other, None)):
+        batch = [{"role": "user", "content": "hi"}, CALL]
+        if answered is not None:
+            batch.append({"role": "tool", "tool_call_id": answered, "content": "one"})
+        written.append(key, canonical_messages(batch), max_messages=None, lock_timeout=5.0)
+    written.append(StorageKey("session", "s3", "chat"),
+                   canonical_messages([{"role": "user", "content": "alone"}]),
+                   max_messages=None, lock_timeout=5.0)
+    written.close()
+    _old_copy(tmp_path / "new.db", tmp_path / "old.db", 3)
+    with sqlite3.connect(tmp_path / "old.db") as raw:
+        assert raw.execute("SELECT count(*) FROM pending").fetchone()[0] == 3
+
+    store = SQLiteStore(str(tmp_path / "old.db"))
+    with sqlite3.connect(tmp_path / "old.db") as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        assert "pending" not in {row[0] for row in raw.execute("SELECT name FROM sqlite_schema")}
+        held = dict(raw.execute("SELECT scope_id, pending FROM buffers").fetchall())
+    assert {k: json.loads(v) for k, v in held.items()} == {
+        "s1": {"c2": [1 << 20, 1]}, "s2": {"c1": [1 << 20, 0], "c2": [1 << 20, 1]}, "s3": {}}
+    again = canonical_messages([{"role": "tool", "tool_call_id": "c1", "content": "dup"}])
+    assert store.append(KEY, again, max_messages=None, lock_timeout=5.0).appended == 0  # MEM-1
+    user = canonical_messages([{"role": "user", "content": "next"}])
+    assert store.append(KEY, user, max_messages=None, lock_timeout=5.0).count == 5  # MEM-3
+    assert store.append(other, user, max_messages=None, lock_timeout=5.0).count == 5
+    healed = [result_id(m) for m in store.read(other)[1] if m["role"] == "tool"]
+    assert healed == ["c1", "c2"]
+    assert store.append(other, user, max_messages=None, lock_timeout=5.0).count == 6
+    assert store.integrity_check() == "ok"
+    store.close()

@@ -142,18 +142,26 @@ class _Hold:
         self._file_locked = False
 
     def __enter__(self) -> bool:
-        locks = self._locks
-        # the deadline bounds both waits; without a lock file only the thread lock waits
-        deadline = 0.0 if locks._fd is None else time.monotonic() + self._timeout
-        thread_lock = locks._threads.get(self._stripe) or locks.thread_lock(self._stripe)
-        if not thread_lock.acquire(True, self._timeout):
-            return False
+        locks, stripe = self._locks, self._stripe
+        # the timeout bounds both waits, from when the first one began (the clock is
+        # read only when a lock is not had at once: the common case waits for none)
+        start: float | None = None
+        thread_lock = locks._threads.get(stripe) or locks.thread_lock(stripe)
+        if not thread_lock.acquire(False):
+            start = time.monotonic()
+            if not thread_lock.acquire(True, self._timeout):
+                return False
         self._thread_lock = thread_lock
-        if locks._fd is None:
+        fd = locks._fd
+        if fd is None:
             return True
-        if not locks._lock_file(self._stripe, deadline):
-            self._release()
-            return False
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, stripe, os.SEEK_SET)
+        except OSError:
+            deadline = (time.monotonic() if start is None else start) + self._timeout
+            if not locks._lock_file(stripe, deadline):
+                self._release()
+                return False
         self._file_locked = True
         return True
 

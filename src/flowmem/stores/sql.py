@@ -88,12 +88,13 @@ def _marks(items: Sequence[Any]) -> str:
     return ", ".join("?" for _ in items)
 
 
-def view_parts(buffer: str, buffer_params: Sequence[Any],
-               incoming: Sequence[Message]) -> tuple[list[str], list[Any]]:
+def view_parts(buffer: str, buffer_params: Sequence[Any], incoming: Sequence[Message],
+               *, pending: bool = True) -> tuple[list[str], list[Any]]:
     """The SELECTs of the planner's view (to be joined by UNION ALL) and their params.
 
     ``buffer`` is the SQL naming the buffer's id (``"?"`` with ``buffer_params``
-    ``(id,)``, or a subquery); each row is ``(kind, id, first, second)``.
+    ``(id,)``, or a subquery); each row is ``(kind, id, first, second)``. ``pending=False``:
+    not the unanswered calls (a backend keeping them in the buffer row has them).
     """
     ids = sorted(mentioned_ids(incoming))
     parts: list[str] = []
@@ -104,7 +105,7 @@ def view_parts(buffer: str, buffer_params: Sequence[Any],
                   f"SELECT 1, call_id, 0, 0 FROM calls WHERE buffer_id = {buffer} "
                   f"AND call_id IN ({_marks(ids)})"]
         params += [*buffer_params, *ids, *buffer_params, *ids]
-    if needs_pending(incoming):
+    if pending and needs_pending(incoming):
         parts.append(f"SELECT 2, call_id, turn_pos, ord FROM pending WHERE buffer_id = {buffer}")
         params += buffer_params
     return parts, params
@@ -132,6 +133,8 @@ class SQLConversations(Reads):
     inside a writing transaction (``" FOR UPDATE"`` on PostgreSQL, ``""`` on
     SQLite whose ``BEGIN IMMEDIATE`` already holds the write lock).
     """
+
+    index_tables: tuple[str, ...] = ("messages", "calls", "pending")  # a buffer's other rows
 
     def __init__(self, *, lock_row: str = "") -> None:
         self.lock_row = lock_row
@@ -290,7 +293,7 @@ class SQLConversations(Reads):
         return int(rows[0][0]), int(rows[0][1]), int(rows[0][2])
 
     def drop_buffer(self, buffer_id: int) -> Program[None]:
-        for table in ("messages", "calls", "pending"):
+        for table in self.index_tables:
             yield (f"DELETE FROM {table} WHERE buffer_id = ?", (buffer_id,))
         yield ("DELETE FROM buffers WHERE id = ?", (buffer_id,))
 
@@ -336,13 +339,12 @@ class SQLConversations(Reads):
         edited = edit_entries([(int(pos), decode(body)) for pos, body in rows], position, message)
         if edited is None:
             return False
-        for table in ("messages", "calls", "pending"):
+        for table in self.index_tables:
             yield (f"DELETE FROM {table} WHERE buffer_id = ?", (buffer_id,))
         yield from self._rewrite(buffer_id, edited)
         return True
 
-    @staticmethod
-    def _rewrite(buffer_id: int, entries: list[tuple[int, Message]]) -> Program[None]:
+    def _rewrite(self, buffer_id: int, entries: list[tuple[int, Message]]) -> Program[None]:
         indexes = derive_indexes(entries)
         owner = {spots[0]: call for call, spots in indexes.results.items()}
         for pos, message in entries:
@@ -356,7 +358,13 @@ class SQLConversations(Reads):
                 yield ("INSERT INTO calls (buffer_id, call_id, turn_pos, ord) "
                        "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                        (buffer_id, call, turn, order))
-        for pending in indexes.pending:
+        yield from self.save_rewritten(buffer_id, len(entries), indexes.pending)
+
+    @staticmethod
+    def save_rewritten(buffer_id: int, count: int,
+                       pending: Sequence[PendingCall]) -> Program[None]:
+        """The unanswered calls and the count of a rewritten buffer."""
+        for call in pending:
             yield ("INSERT INTO pending (buffer_id, call_id, turn_pos, ord) VALUES (?, ?, ?, ?)",
-                   (buffer_id, pending.call_id, pending.turn, pending.order))
-        yield ("UPDATE buffers SET count = ? WHERE id = ?", (len(entries), buffer_id))
+                   (buffer_id, call.call_id, call.turn, call.order))
+        yield ("UPDATE buffers SET count = ? WHERE id = ?", (count, buffer_id))

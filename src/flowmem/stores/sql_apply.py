@@ -29,15 +29,24 @@ goes with the last batch.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 from ..errors import StoreError
 from ..messages import healed_placeholder
-from ..plan import SLOT, AddEntry, AppendPlan, HealTurn, NewTurn, ReplacePlaceholder
+from ..plan import (
+    SLOT,
+    AddEntry,
+    AppendPlan,
+    HealTurn,
+    NewTurn,
+    PendingCall,
+    ReplacePlaceholder,
+)
 from .sql_program import Batch, Program, Rows, Statement, encode
 
-__all__ = ["apply_plan"]
+__all__ = ["SAVE", "SAVE_UNCHECKED", "PendingInRow", "apply_plan"]
 
 _INSERT_ENTRY: Final = ("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
                         "VALUES (?, ?, ?, ?, ?, ?)")
@@ -51,54 +60,123 @@ _REPLACE: Final = (
     "SET body = excluded.body, healed = 0 RETURNING pos"
 )
 _UNPEND: Final = "DELETE FROM pending WHERE buffer_id = ? AND call_id = ?"
-_SAVE: Final = "UPDATE buffers SET count = ?, next_pos = ? WHERE id = ? RETURNING 1"
+SAVE: Final = "UPDATE buffers SET count = ?, next_pos = ? WHERE id = ? RETURNING 1"
+"""The buffer row's new count and next position; its one row is checked."""
+SAVE_UNCHECKED: Final = "UPDATE buffers SET count = ?, next_pos = ? WHERE id = ?"
+""":data:`SAVE` with no row to check, for a backend whose transaction already holds the
+database's write lock and read the row in it (SQLite: ``RETURNING`` costs a few µs)."""
 _BLOCK_END: Final = (  # the last entry before the first non-result after the turn
     "SELECT pos FROM messages WHERE buffer_id = ? AND pos < coalesce("
     "(SELECT pos FROM messages WHERE buffer_id = ? AND pos > ? AND role <> 'tool' "
     "ORDER BY pos LIMIT 1), 9223372036854775807) ORDER BY pos DESC LIMIT 1"
 )
-_ROWS_EXPECTED: Final = (_REPLACE, _SAVE)  # statements that must return exactly one row
+_ROWS_EXPECTED: Final = (_REPLACE, SAVE)  # statements that must return exactly one row
+_SAVE_PENDING: Final = "UPDATE buffers SET count = ?, next_pos = ?, pending = ? WHERE id = ?"
+_PENDING_AGAIN: Final = (  # after a window cut: a call's first declaration left, if unanswered
+    "SELECT c.call_id, c.turn_pos, c.ord FROM calls AS c WHERE c.buffer_id = ? "
+    "AND c.call_id IN ({marks}) AND c.turn_pos > ? "
+    "AND c.turn_pos = (SELECT min(turn_pos) FROM calls AS d "
+    "WHERE d.buffer_id = c.buffer_id AND d.call_id = c.call_id AND d.turn_pos > ?) "
+    "AND NOT EXISTS (SELECT 1 FROM messages AS m "
+    "WHERE m.buffer_id = c.buffer_id AND m.result_id = c.call_id AND m.pos > ?)"
+)
 
 Then = Callable[[int, int], Sequence[Statement]]
 """The statements that end the transaction with the append, given ``(count, appended)``."""
 
 
+class PendingInRow:
+    """The unanswered calls kept in the buffer row (``buffers.pending``, SQLite) instead of
+    a ``pending`` table: one JSON object ``{call id: [turn position, order]}``.
+
+    The row is written by every append anyway, so the calls an append opens or
+    answers cost no statement and no page of their own. :func:`apply_plan` changes
+    :attr:`calls` as it queues the plan and saves them with the row when changed.
+    """
+
+    __slots__ = ("calls", "changed")
+
+    def __init__(self, calls: dict[str, tuple[int, int]]) -> None:
+        self.calls = calls
+        self.changed = False
+
+    @classmethod
+    def decode(cls, text: str) -> PendingInRow:
+        """The calls of a stored ``buffers.pending`` text."""
+        return cls({call: (int(turn), int(order))
+                    for call, (turn, order) in json.loads(text).items()})
+
+    @classmethod
+    def of(cls, calls: Iterable[PendingCall]) -> PendingInRow:
+        """The calls of a view (stored ones: each turn is a position)."""
+        held: dict[str, tuple[int, int]] = {}
+        for call in calls:
+            assert not isinstance(call.turn, NewTurn)
+            held[call.call_id] = (call.turn, call.order)
+        return cls(held)
+
+    def encode(self) -> str:
+        return encode(self.calls)  # a pair is encoded as a JSON array
+
+    def answer(self, call: str) -> None:
+        if self.calls.pop(call, None) is not None:
+            self.changed = True
+
+    def open(self, call: str, turn: int, order: int) -> None:
+        self.calls[call] = (turn, order)
+        self.changed = True
+
+
 def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
-               max_messages: int | None, then: Then) -> Program[tuple[int, int]]:
+               max_messages: int | None, then: Then,
+               save: str = SAVE,
+               pending: PendingInRow | None = None) -> Program[tuple[int, int]]:
     """Execute ``plan``, the window and ``then``'s statements; returns ``(count, appended)``.
 
-    Ends the program: its last step is a final :class:`Batch`.
+    Ends the program: its last step is a final :class:`Batch`. ``save`` is the
+    statement that stores the buffer row (:data:`SAVE` or :data:`SAVE_UNCHECKED`);
+    ``pending``: the unanswered calls are kept in the row (:class:`PendingInRow`),
+    not in the ``pending`` table.
     """
     queued: list[Statement] = []
     added: dict[int, int] = {}
     appended = 0
+    check = save == SAVE  # whether the last batch has rows to check
     for op in plan.ops:
         if isinstance(op, AddEntry):
             added[op.ordinal] = next_pos
-            queued += _add(buffer_id, next_pos, op)
+            queued += _add(buffer_id, next_pos, op, pending)
             next_pos, count, appended = next_pos + SLOT, count + 1, appended + 1
         elif isinstance(op, ReplacePlaceholder):
+            check = True
             queued.append((_REPLACE, (buffer_id, buffer_id, op.call_id, op.call_id,
                                       encode(op.message))))
         elif isinstance(op, HealTurn):
             yield from _send(queued)
             turn = added[op.turn.ordinal] if isinstance(op.turn, NewTurn) else op.turn
-            queued = yield from _heal(buffer_id, turn, op.call_ids)
+            queued = yield from _heal(buffer_id, turn, op.call_ids, pending)
             count += len(op.call_ids)
     if max_messages is not None and count > max_messages:
-        removed, queued = yield from evict(buffer_id, count - max_messages, queued)
+        removed, queued = yield from evict(buffer_id, count - max_messages, queued, pending)
         count -= removed
-    queued.append((_SAVE, (count, next_pos, buffer_id)))
+    if pending is not None and pending.changed:
+        queued.append((_SAVE_PENDING, (count, next_pos, pending.encode(), buffer_id)))
+    else:
+        queued.append((save, (count, next_pos, buffer_id)))
     queued += then(count, appended)
-    yield from _send(queued, final=True)
+    yield from _send(queued, final=True, check=check)
     return count, appended
 
 
-def _send(statements: list[Statement], *, final: bool = False) -> Program[list[Rows]]:
-    """Run ``statements`` as one batch and check the rows the plan expects."""
+def _send(statements: list[Statement], *, final: bool = False,
+          check: bool = True) -> Program[list[Rows]]:
+    """Run ``statements`` as one batch and check the rows the plan expects (``check``:
+    whether any statement of the batch returns rows to check)."""
     if not statements:
         return []
     answers: list[Rows] = yield Batch(tuple(statements), final)
+    if not check:
+        return answers
     for (sql, _), rows in zip(statements, answers, strict=True):
         if sql in _ROWS_EXPECTED and len(rows) != 1:
             raise StoreError("the stored conversation does not match the view its append "
@@ -106,16 +184,26 @@ def _send(statements: list[Statement], *, final: bool = False) -> Program[list[R
     return answers
 
 
-def _add(buffer_id: int, pos: int, op: AddEntry) -> list[Statement]:
+def _add(buffer_id: int, pos: int, op: AddEntry,
+         pending: PendingInRow | None) -> list[Statement]:
     body = encode(op.message)
     if op.answers is None:
         statements: list[Statement] = [(_INSERT_ENTRY, (buffer_id, pos, op.message["role"],
                                                          None, 0, body))]
     else:
-        statements = [(_INSERT_ENTRY, (buffer_id, pos, "tool", op.answers, int(op.healed), body)),
-                      (_UNPEND, (buffer_id, op.answers))]
-    statements += _insert_calls("calls", buffer_id, pos, list(enumerate(op.declares)))
-    statements += _insert_calls("pending", buffer_id, pos, [(order, c) for c, order in op.opens])
+        statements = [(_INSERT_ENTRY, (buffer_id, pos, "tool", op.answers, int(op.healed), body))]
+        if pending is None:
+            statements.append((_UNPEND, (buffer_id, op.answers)))
+        else:
+            pending.answer(op.answers)
+    if op.declares:
+        statements += _insert_calls("calls", buffer_id, pos, list(enumerate(op.declares)))
+    if pending is None:
+        statements += _insert_calls("pending", buffer_id, pos,
+                                    [(order, c) for c, order in op.opens])
+    else:
+        for call, order in op.opens:
+            pending.open(call, pos, order)
     return statements
 
 
@@ -130,23 +218,29 @@ def _insert_calls(table: str, buffer_id: int, pos: int,
              "ON CONFLICT DO NOTHING", params)]
 
 
-def _heal(buffer_id: int, turn: int, call_ids: Sequence[str]) -> Program[list[Statement]]:
+def _heal(buffer_id: int, turn: int, call_ids: Sequence[str],
+          pending: PendingInRow | None) -> Program[list[Statement]]:
     """The statements of the placeholders after ``turn``'s block of results (MEM-3)."""
     end = yield (_BLOCK_END, (buffer_id, buffer_id, turn))
     base = int(end[0][0])
     statements: list[Statement] = []
     for offset, call in enumerate(call_ids, start=1):
-        statements += [(_INSERT_ENTRY, (buffer_id, base + offset, "tool", call, 1,
-                                        encode(healed_placeholder(call)))),
-                       (_UNPEND, (buffer_id, call))]
+        statements.append((_INSERT_ENTRY, (buffer_id, base + offset, "tool", call, 1,
+                                           encode(healed_placeholder(call)))))
+        if pending is None:
+            statements.append((_UNPEND, (buffer_id, call)))
+        else:
+            pending.answer(call)
     return statements
 
 
-def evict(buffer_id: int, excess: int,
-          before: list[Statement]) -> Program[tuple[int, list[Statement]]]:
+def evict(buffer_id: int, excess: int, before: list[Statement],
+          pending: PendingInRow | None = None) -> Program[tuple[int, list[Statement]]]:
     """The window, exactly as :mod:`flowmem.buffer` defines it: sends ``before``, then
     reads what the ``excess`` oldest entries take with them (one batch); returns how
-    many rows go and the statements that remove them (for the last batch)."""
+    many rows go and the statements that remove them (for the last batch). With
+    ``pending`` (kept in the row), the calls pending again are read here (one more
+    statement) and set in it."""
     cut = "(SELECT pos FROM messages WHERE buffer_id = ? ORDER BY pos LIMIT 1 OFFSET ?)"
     at = (buffer_id, excess - 1)
     evicted = f"(SELECT call_id FROM calls WHERE buffer_id = ? AND turn_pos <= {cut})"
@@ -173,7 +267,14 @@ def evict(buffer_id: int, excess: int,
     if orphans:
         statements.append((f"DELETE FROM messages WHERE buffer_id = ? AND result_id IN "
                             f"({_marks(orphans)})", (buffer_id, *orphans)))
-    if touched:  # each one's pending call again: its first declaration left, if unanswered
+    if touched and pending is not None:
+        for call in touched:
+            pending.answer(call)
+        again = yield (_PENDING_AGAIN.format(marks=_marks(touched)),
+                       (buffer_id, *touched, cutoff, cutoff, cutoff))
+        for call, turn, order in again:
+            pending.open(call, int(turn), int(order))
+    elif touched:  # each one's pending call again: its first declaration left, if unanswered
         statements += [
             (f"DELETE FROM pending WHERE buffer_id = ? AND call_id IN ({_marks(touched)})",
              (buffer_id, *touched)),

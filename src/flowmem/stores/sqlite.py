@@ -272,18 +272,20 @@ class SQLiteStore:
             raise StoreReadOnly(f"{self.path} is open read-only: writes are refused")
         conn = self._connection()
         mutex = _writer_mutex(self._real_path) if mode == "IMMEDIATE" else None
-        if mutex is not None and not mutex.acquire(timeout=self.busy_timeout):
+        if mutex is not None and not (mutex.acquire(False)
+                                      or mutex.acquire(timeout=self.busy_timeout)):
             raise StoreBusy(f"no write turn on {self.path} within {self.busy_timeout}s")
         try:
             if self._gone is not None:
                 raise StoreUnavailable(self._gone)
+            cursor = conn.cursor()  # one cursor for the transaction: not one per statement
             try:
-                conn.execute(f"BEGIN {mode}")
+                cursor.execute(f"BEGIN {mode}")
             except sqlite3.OperationalError as exc:
                 raise mapped_error(exc, self.path) from exc
             try:
-                answer = body(lambda sql, params: conn.execute(sql, params).fetchall())
-                conn.execute("COMMIT")
+                answer = body(lambda sql, params: cursor.execute(sql, params).fetchall())
+                cursor.execute("COMMIT")
             except BaseException as exc:
                 self._forget_hot()  # what the copy learned may not be in the database
                 if conn.in_transaction:

@@ -32,20 +32,21 @@ from ..plan import AppendPlan, BufferView, PendingCall
 from ..scopes import StorageKey
 from ..store import HistoryPage
 from .sql import Program, SQLConversations, view_from, view_parts
-from .sql_apply import Then
+from .sql_apply import SAVE_UNCHECKED, PendingInRow, Then, apply_plan
 from .sql_program import Rows, Statement
 from .sqlite_hot import HotBuffer, HotBuffers
 
 __all__ = ["SQLiteConversations"]
 
-_BUFFER_ROW: Final = ("WITH b AS (SELECT id, count, next_pos FROM buffers "
+_BUFFER_ROW: Final = ("WITH b AS (SELECT id, count, next_pos, pending FROM buffers "
                       "WHERE scope = ? AND scope_id = ? AND key = ?) "
-                      "SELECT 3, id, count, next_pos FROM b")
+                      "SELECT 3, id, count, next_pos FROM b "
+                      "UNION ALL SELECT 4, pending, 0, 0 FROM b")
 _DATA_VERSION: Final = ("PRAGMA data_version", ())
 _ALL_RESULTS: Final = ("SELECT result_id, healed FROM messages "
                        "WHERE buffer_id = ? AND result_id IS NOT NULL")
 _ALL_CALLS: Final = "SELECT call_id FROM calls WHERE buffer_id = ?"
-_ALL_PENDING: Final = "SELECT call_id, turn_pos, ord FROM pending WHERE buffer_id = ?"
+_ALL_PENDING: Final = "SELECT pending FROM buffers WHERE id = ?"
 # JSON text never holds a raw control character (an encoder escapes them all), so
 # the record separator cannot occur inside a body: it splits the aggregate exactly.
 _SEPARATOR: Final = "\x1e"
@@ -60,18 +61,28 @@ class SQLiteConversations(SQLConversations):
     """The shared programs, with :meth:`open_and_view` in one statement (or none).
 
     ``hot`` is the hot-buffer copy of the ONE connection these programs run
-    on (``None``: always read the view).
+    on (``None``: always read the view). The unanswered calls are kept in the
+    buffer row (schema 4, :class:`~flowmem.stores.sql_apply.PendingInRow`).
     """
+
+    index_tables = ("messages", "calls")  # the unanswered calls are in the buffer row
 
     def __init__(self, hot: HotBuffers | None = None) -> None:
         super().__init__()
         self.hot = hot
         self._target: tuple[tuple[str, str, str], HotBuffer] | None = None
+        self._pending: PendingInRow | None = None  # the opened buffer's, for apply
+
+    @staticmethod
+    def save_rewritten(buffer_id: int, count: int,
+                       pending: Sequence[PendingCall]) -> Program[None]:
+        yield ("UPDATE buffers SET count = ?, pending = ? WHERE id = ?",
+               (count, PendingInRow.of(pending).encode(), buffer_id))
 
     def forget_hot(self, key: StorageKey | None = None) -> None:
         """Drop the hot copy of ``key`` (a write, delete or edit of it), or all of them
         (the transaction, or a savepoint of it, was rolled back)."""
-        self._target = None
+        self._target = self._pending = None
         if self.hot is not None:
             if key is None:
                 self.hot.clear()
@@ -97,12 +108,18 @@ class SQLiteConversations(SQLConversations):
             else:
                 return opened
         self._target = (names, buffer)
+        self._pending = None  # the hot copy's calls, when the plan needs them
         return buffer.buffer_id, buffer.count, buffer.next_pos, buffer.view()
 
     def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
               max_messages: int | None, then: Then) -> Program[tuple[int, int]]:
         target, self._target = self._target, None
-        done = yield from super().apply(buffer_id, count, next_pos, plan, max_messages, then)
+        pending, self._pending = self._pending, None
+        if pending is None:
+            pending = PendingInRow.of(() if target is None else target[1].pending.values())
+        # the row was read (or known hot) under this transaction's write lock: no check
+        done = yield from apply_plan(buffer_id, count, next_pos, plan, max_messages, then,
+                                     SAVE_UNCHECKED, pending)
         if target is not None and self.hot is not None:
             names, buffer = target
             if done == (count + plan.appended + plan.healed, plan.appended):
@@ -114,28 +131,30 @@ class SQLiteConversations(SQLConversations):
     def _indexed(self, key: StorageKey,
                  incoming: Sequence[Message]) -> Program[tuple[Opened, bool]]:
         """The buffer row and the view in one statement; whether the buffer is new."""
-        parts, params = view_parts("(SELECT id FROM b)", (), incoming)
+        parts, params = view_parts("(SELECT id FROM b)", (), incoming, pending=False)
         rows = yield (" UNION ALL ".join([_BUFFER_ROW, *parts]),
                       [key.scope, key.scope_id, key.key, *params])
         head = [row for row in rows if row[0] == 3]
         if not head:  # a new buffer (or a value: open_buffer refuses it); nothing to view
             buffer_id, count, next_pos = yield from self.open_buffer(key)
+            self._pending = PendingInRow({})
             return (buffer_id, count, next_pos, BufferView()), True
         _, buffer_id, count, next_pos = head[0]
-        view = view_from([row for row in rows if row[0] != 3])
-        return (int(buffer_id), int(count), int(next_pos), view), False
+        pending = self._pending = PendingInRow.decode(next(r[1] for r in rows if r[0] == 4))
+        view = view_from([row for row in rows if row[0] < 3])
+        return (int(buffer_id), int(count), int(next_pos),
+                BufferView(view.results, view.declared, _pending_calls(pending))), False
 
     @staticmethod
     def _fill(buffer_id: int, count: int, next_pos: int) -> Program[HotBuffer]:
         """The whole view of a buffer: every result, declaration and unanswered call."""
         results = yield (_ALL_RESULTS, (buffer_id,))
         calls = yield (_ALL_CALLS, (buffer_id,))
-        pending = yield (_ALL_PENDING, (buffer_id,))
+        (text,), = yield (_ALL_PENDING, (buffer_id,))
         return HotBuffer(buffer_id, count, next_pos,
                          {call: bool(healed) for call, healed in results},
                          {row[0] for row in calls},
-                         {call: PendingCall(call, int(turn), int(order))
-                          for call, turn, order in pending})
+                         {p.call_id: p for p in _pending_calls(PendingInRow.decode(text))})
 
     @staticmethod
     def messages(buffer_id: int) -> Program[list[Message]]:
@@ -164,6 +183,10 @@ class SQLiteConversations(SQLConversations):
             del positions[0], texts[0]
         return HistoryPage(UNPARSED, positions, positions[0] if more and positions else None,
                            encoded=texts)
+
+
+def _pending_calls(pending: PendingInRow) -> list[PendingCall]:
+    return [PendingCall(call, turn, order) for call, (turn, order) in pending.calls.items()]
 
 
 def oldest_first(positions: list[int], bodies: list[Any]) -> tuple[list[int], list[Any]]:

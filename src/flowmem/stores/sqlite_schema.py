@@ -14,6 +14,7 @@ import sqlite3
 from typing import Final
 
 from ..errors import SchemaError, StoreError
+from .sql_program import encode
 
 __all__ = ["MIGRATIONS", "MIN_SQLITE_VERSION", "check_library", "check_version", "migrate",
            "user_version"]
@@ -86,8 +87,30 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         WHERE result_id IS NOT NULL;
     DROP INDEX calls_turn;
     """,
+    # 4: the unanswered calls move into their buffer's row (a JSON object
+    # {call id: [turn position, order]}, :class:`~flowmem.stores.sql_apply.PendingInRow`):
+    # the row is written by every append anyway, so opening or answering a call
+    # costs no statement and no page of its own. The rows move in _pending_into_rows.
+    """
+    ALTER TABLE buffers ADD COLUMN pending TEXT NOT NULL DEFAULT '{}';
+    """,
 )
 """Schema migrations; ``PRAGMA user_version`` is the number applied."""
+
+
+def _pending_into_rows(conn: sqlite3.Connection) -> None:
+    """Migration 4's data: each buffer's ``pending`` rows into its row; the table goes."""
+    calls: dict[int, dict[str, list[int]]] = {}
+    for buffer_id, call, turn, order in conn.execute(
+            "SELECT buffer_id, call_id, turn_pos, ord FROM pending"):
+        calls.setdefault(int(buffer_id), {})[call] = [int(turn), int(order)]
+    conn.executemany("UPDATE buffers SET pending = ? WHERE id = ?",
+                     [(encode(held), buffer_id) for buffer_id, held in calls.items()])
+    conn.execute("DROP TABLE pending")
+
+
+_AFTER: Final = {3: _pending_into_rows}
+"""Python steps run after the SQL of a migration (by index in :data:`MIGRATIONS`)."""
 
 
 def check_library() -> None:
@@ -125,6 +148,8 @@ def migrate(conn: sqlite3.Connection, path: str) -> None:
             for statement in MIGRATIONS[number].split(";"):
                 if statement.strip():
                     conn.execute(statement)
+            if number in _AFTER:
+                _AFTER[number](conn)
         conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
         conn.execute("COMMIT")
     except BaseException:
