@@ -113,6 +113,13 @@ class ScopedAppendResult(AppendResult):
 
     __slots__ = ("_aload", "refused", "replayed", "resolved_scope_id", "scope", "serialized")
 
+    scope: str
+    resolved_scope_id: str
+    serialized: bool
+    refused: bool
+    replayed: bool
+    _aload: Callable[[], Awaitable[list[Message]]] | None
+
     def __init__(self, *, scope: str, resolved_scope_id: str, count: int, appended: int,
                  serialized: bool = True, refused: bool = False, replayed: bool = False,
                  messages: list[Message] | None = None,
@@ -122,16 +129,8 @@ class ScopedAppendResult(AppendResult):
             load = _not_loaded
         elif messages is None and load is None:
             raise ValueError("AppendResult needs messages or a loader")
-        self.count = count  # AppendResult's fields, set here: one call less per append
-        self.appended = appended
-        self._messages = messages
-        self._load = load
-        self.scope = scope
-        self.resolved_scope_id = resolved_scope_id
-        self.serialized = serialized
-        self.refused = refused
-        self.replayed = replayed
-        self._aload = aload
+        _fill(self, scope, resolved_scope_id, serialized, count, appended, refused, replayed,
+              messages, load, aload)
 
     async def load_messages(self) -> list[Message]:
         """The buffer after the append, on either face (awaits the read once)."""
@@ -141,6 +140,24 @@ class ScopedAppendResult(AppendResult):
 
 
 _new = object.__new__
+
+
+def _fill(result: ScopedAppendResult, scope: str, resolved_scope_id: str, serialized: bool,
+          count: int, appended: int, refused: bool, replayed: bool,
+          messages: list[Message] | None, load: Callable[[], list[Message]] | None,
+          aload: Callable[[], Awaitable[list[Message]]] | None) -> ScopedAppendResult:
+    """Set every field of ``result`` (AppendResult's too: one call less per append)."""
+    result.count = count
+    result.appended = appended
+    result._messages = messages
+    result._load = load
+    result._aload = aload
+    result.scope = scope
+    result.resolved_scope_id = resolved_scope_id
+    result.serialized = serialized
+    result.refused = refused
+    result.replayed = replayed
+    return result
 
 
 def appended_result(scope: str, resolved_scope_id: str, serialized: bool, count: int,
@@ -153,15 +170,6 @@ def appended_result(scope: str, resolved_scope_id: str, serialized: bool, count:
     The coordinator's per-append construction: positional, and without the
     constructor's call through ``type`` and its keyword parsing (a third of the cost).
     """
-    result: ScopedAppendResult = _new(ScopedAppendResult)
-    result.count = count
-    result.appended = appended
-    result._messages = None
-    result._load = _not_loaded if aload is not None else load
-    result._aload = aload
-    result.scope = scope
-    result.resolved_scope_id = resolved_scope_id
-    result.serialized = serialized
-    result.refused = False
-    result.replayed = replayed
-    return result
+    return _fill(_new(ScopedAppendResult), scope, resolved_scope_id, serialized, count,
+                 appended, False, replayed, None,
+                 _not_loaded if aload is not None else load, aload)
