@@ -163,4 +163,6 @@ def test_appends_cancelled_at_random_points_are_whole_or_absent_and_free_the_loc
           "; struck during: " + ", ".join(f"{k} {v}" for k, v in sorted(struck.items())))
     assert stats["violations"] == 0
     assert stats["next append unserialized"] == 0
-    assert stats["cancelled"] > CASES // 4  # the cancellations really struck mid-append
+    # the cancellations really struck mid-append: how many did depends on how fast an
+    # append is (a faster one finishes before more of them); 99-191 of 400 were seen
+    assert stats["cancelled"] > CASES // 8
