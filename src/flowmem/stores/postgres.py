@@ -127,8 +127,8 @@ from .postgres_common import (
     WRITE_LOCK_TIMEOUT,
     Begin,
     PostgresOptions,
+    TransactionState,
     advisory_key,
-    begin,
     broken,
     connect_kwargs,
     mapped,
@@ -346,7 +346,7 @@ class PostgresStore:
         self._pool.close()
 
 
-class _Transaction:
+class _Transaction(TransactionState):
     """One transaction of a :class:`PostgresStore`, opened by its first round trip.
 
     That round trip carries ``BEGIN``, the settings and the MEM-12 lock
@@ -357,16 +357,9 @@ class _Transaction:
 
     def __init__(self, store: PostgresStore, read_only: bool,
                  lock: tuple[StorageKey, float] | None) -> None:
-        options = store._options
-        held = None if lock is None else (advisory_key(store.schema, lock[0]), lock[1])
+        super().__init__(store._options, store._ident, store.schema, read_only, lock)
         self.store = store
-        self.begin = begin(store._ident, read_only, held, options.statement_timeout)
-        self.budget = options.budget(None if lock is None else lock[1])
         self.conn: Connection | None = None
-        self.deadline: Deadline | None = None
-        self.serialized = True
-        self.committing = False
-        self.committed = False
 
     def execute(self, sql: str, params: Sequence[Any]) -> Rows:
         return self.batch(Batch(((sql, params),)))[0]

@@ -54,8 +54,7 @@ from .postgres_common import (
     WRITE_LOCK_TIMEOUT,
     Begin,
     PostgresOptions,
-    advisory_key,
-    begin,
+    TransactionState,
     broken,
     connect_kwargs,
     mapped,
@@ -256,23 +255,16 @@ class AsyncPostgresStore:
             await pool.close()
 
 
-class _Transaction:
+class _Transaction(TransactionState):
     """One transaction of an :class:`AsyncPostgresStore`, opened by its first round trip
     (``BEGIN``, the settings and the MEM-12 lock with the program's first step); a final
     batch carries the ``COMMIT`` (as the blocking store's)."""
 
     def __init__(self, store: AsyncPostgresStore, read_only: bool,
                  lock: tuple[StorageKey, float] | None) -> None:
-        options = store._options
-        held = None if lock is None else (advisory_key(store.schema, lock[0]), lock[1])
+        super().__init__(store._options, store._ident, store.schema, read_only, lock)
         self.store = store
-        self.begin = begin(store._ident, read_only, held, options.statement_timeout)
-        self.budget = options.budget(None if lock is None else lock[1])
         self.conn: Connection | None = None
-        self.deadline: Deadline | None = None
-        self.serialized = True
-        self.committing = False
-        self.committed = False
 
     async def execute(self, sql: str, params: Sequence[Any]) -> Rows:
         return (await self.batch(Batch(((sql, params),))))[0]

@@ -51,6 +51,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("psycopg_pool", "postgres") from exc
 
+from .postgres_watchdog import Deadline
 from .sql import SQLConversations
 from .sql_program import Rows, Statement
 
@@ -64,6 +65,7 @@ __all__ = [
     "WRITE_LOCK_TIMEOUT",
     "Begin",
     "PostgresOptions",
+    "TransactionState",
     "advisory_key",
     "begin",
     "broken",
@@ -240,6 +242,22 @@ def begin(schema_ident: str, read_only: bool, lock: tuple[int, float] | None,
     key, timeout = lock
     parts, count = _locking(schema_ident, timeout, statement_timeout)
     return Begin(f"'{key}'::bigint".join(parts), count, tries=timeout <= 0, waits=timeout > 0)
+
+
+class TransactionState:
+    """What one transaction of either face knows before it runs: how it opens
+    (:attr:`begin`: ``BEGIN``, the settings and the MEM-12 lock), its deadline's
+    budget, and how far it got (whether the lock was had, whether ``COMMIT`` was sent)."""
+
+    def __init__(self, options: PostgresOptions, schema_ident: str, schema: str,
+                 read_only: bool, lock: tuple[StorageKey, float] | None) -> None:
+        held = None if lock is None else (advisory_key(schema, lock[0]), lock[1])
+        self.begin = begin(schema_ident, read_only, held, options.statement_timeout)
+        self.budget = options.budget(None if lock is None else lock[1])
+        self.deadline: Deadline | None = None
+        self.serialized = True
+        self.committing = False
+        self.committed = False
 
 
 def _settings(schema_ident: str, read_only: bool) -> list[str]:
