@@ -306,3 +306,31 @@ def test_a_lock_waiter_never_blocks_the_holder_on_sqlite(tmp_path: Path) -> None
 
     asyncio.run(run())
     assert order == ["holder wrote", "waiter had=True"]
+
+
+def test_an_append_answers_its_tail_on_both_faces(both: Backend) -> None:
+    """``tail=N``: the newest N entries the append left, as a HistoryResult of the same
+    scope, on both faces; a refused append's tail is an empty refused page (MEM-7);
+    ``tail`` is None or a positive integer."""
+    turns = [[{"role": "user", "content": f"m{i}"}] for i in range(4)]
+    with Memory(both.open()) as memory:
+        for turn in turns:
+            result = memory.append("user", "tail", turn, context=USER, tail=2)
+        page = memory.history("user", "tail", context=USER, last=2)
+        assert result.tail == page and result.tail is not None
+        assert (result.tail.scope, result.tail.resolved_scope_id) == ("user", "u-1")
+        assert memory.append("user", "tail", turns[0], context=USER).tail is None
+        refused = memory.append("user", "tail", turns[0], context=ANON, tail=2)
+        assert refused.refused and refused.tail is not None and refused.tail.refused
+        for bad in (0, -1, True, "2", 2.0):
+            with pytest.raises(InvalidInput, match="tail"):
+                memory.append("user", "tail", turns[0], context=USER, tail=bad)
+
+    async def run() -> Any:
+        async with AsyncMemory(open_async_store(both.url)) as memory:
+            result = await memory.append("user", "tail", turns[1], context=USER, tail=3)
+            assert result.tail == await memory.history("user", "tail", context=USER, last=3)
+            return result.tail
+
+    tail = asyncio.run(run())
+    assert [m["content"] for m in tail.messages][-1] == "m1"

@@ -78,12 +78,13 @@ class Counted:
 
     def append(self, key: StorageKey, incoming: list[Message],
                max_messages: int | None = None, lock_timeout: float = LOCK,
-               idempotency: Idempotency | None = None) -> tuple[AppendOutcome, int]:
+               idempotency: Idempotency | None = None,
+               tail: int = 0) -> tuple[AppendOutcome, int]:
         """The outcome and the round trips it took."""
         before = self.proxy.count()
         outcome = self._call("append", key, canonical_messages(incoming),
                              max_messages=max_messages, lock_timeout=lock_timeout,
-                             idempotency=idempotency)
+                             idempotency=idempotency, tail=tail)
         return outcome, self.proxy.count() - before
 
     def history(self, key: StorageKey) -> list[Message]:
@@ -150,6 +151,22 @@ def test_idempotent_append_and_its_replay_take_two_round_trips(counted: Counted)
     again, trips = counted.append(key, [user("once")], idempotency=idem)
     assert (again.count, again.replayed, trips) == (2, True, 2)
     assert len(counted.history(key)) == 2
+
+
+def test_an_append_with_its_tail_still_takes_two_round_trips(counted: Counted) -> None:
+    """The tail (the service's echo) is read in the append's last batch, with its COMMIT:
+    an HTTP turn is the append's two round trips, no third for the echo; a replay too."""
+    key = fresh_key()
+    counted.append(key, [user(str(i)) for i in range(5)])
+    outcome, trips = counted.append(key, [user("5")], tail=3)
+    assert outcome.tail is not None and trips == 2
+    assert [m["content"] for m in outcome.tail.messages] == ["3", "4", "5"]
+    assert (outcome.tail.total, outcome.tail.before) == (6, outcome.tail.positions[0])
+    idem = Idempotency(f"t-{key.scope_id}", "fp", ttl=3600.0, now=time.time())
+    counted.append(key, [user("6")], idempotency=idem)
+    replay, trips = counted.append(key, [user("6")], idempotency=idem, tail=2)
+    assert replay.replayed and replay.tail is not None and trips == 2
+    assert [m["content"] for m in replay.tail.messages] == ["5", "6"]
 
 
 def test_placeholder_replaced_in_two_round_trips(counted: Counted) -> None:

@@ -81,9 +81,10 @@ class Face:
 
     def append(self, key: StorageKey, batch: list[Message], *, window: int | None = None,
                idempotency: Idempotency | None = None,
-               lock_timeout: float = 5.0) -> AppendOutcome:
+               lock_timeout: float = 5.0, tail: int = 0) -> AppendOutcome:
         outcome: AppendOutcome = self.call("append", key, batch, max_messages=window,
-                                           lock_timeout=lock_timeout, idempotency=idempotency)
+                                           lock_timeout=lock_timeout, idempotency=idempotency,
+                                           tail=tail)
         return outcome
 
     def close(self) -> None:
@@ -143,6 +144,11 @@ def test_the_common_append_is_one_round_trip(prefix: str, proxy: CountingProxy,
         assert (trips, again, replay.replayed) == (1, 1, True)
         assert (replay.count, replay.appended) == (first.count, first.appended) == (
             len(model) + 1, 1)
+        # the tail (the service's echo) comes back from the same script: still one
+        trips, tailed = counted(proxy, face, key, msgs(user("tail")), tail=2)
+        assert trips == 1 and tailed.tail is not None
+        assert [m["content"] for m in tailed.tail.messages] == ["once", "tail"]
+        assert tailed.tail.total == tailed.count
     finally:
         face.close()
 

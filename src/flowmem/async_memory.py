@@ -22,6 +22,7 @@ from typing import Any
 from .coordinator import (
     DEFAULT_IDEMPOTENCY_TTL,
     DEFAULT_LOCK_TIMEOUT,
+    NOT_ASKED,
     AsyncLoader,
     MemoryCore,
     Operation,
@@ -111,18 +112,20 @@ class AsyncMemory(MemoryCore):
                      context: ExecutionContext | None,
                      max_messages: int | None = None,
                      idempotency_key: str | None = None,
-                     format: str = "canonical") -> ScopedAppendResult:
+                     format: str = "canonical",
+                     tail: int | None = None) -> ScopedAppendResult:
         """As :meth:`Memory.append`; ``await result.load_messages()`` reads the buffer."""
         if self.metrics is not None:  # the generator protocol times the store call
             return await self._run(self._append(scope, key, incoming, context, max_messages,
-                                                idempotency_key, format))
+                                                idempotency_key, format, tail))
         prepared = self._append_call(scope, key, incoming, context, max_messages,
-                                     idempotency_key, format)
+                                     idempotency_key, format, tail)
         if isinstance(prepared, ScopedAppendResult):
             return prepared  # refused (MEM-7): no store call
         where, canonical, window, idempotency = prepared
         outcome = await self.store.append(where, canonical, max_messages=window,
-                                        lock_timeout=self.lock_timeout, idempotency=idempotency)
+                                  lock_timeout=self.lock_timeout, idempotency=idempotency,
+                                  **({"tail": tail} if tail else NOT_ASKED))
         return self._append_result(where, outcome)
 
     async def history(self, scope: str, key: str, *, context: ExecutionContext | None,

@@ -17,7 +17,8 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
 from .buffer import check_max_messages
@@ -41,6 +42,7 @@ __all__ = [
     "DEFAULT_IDEMPOTENCY_TTL",
     "DEFAULT_LOCK_TIMEOUT",
     "MAX_KEY_LENGTH",
+    "NOT_ASKED",
     "MemoryCore",
     "Operation",
     "StoreCall",
@@ -78,7 +80,12 @@ class StoreCall:
 Operation = Generator[StoreCall, Any, T]
 """A coordinator operation: yields store calls, receives their answers, returns the result."""
 
+NOT_ASKED: Final[Mapping[str, Any]] = MappingProxyType({})
+"""No extra store option: ``tail`` goes to a store only when asked for, so a store
+written before the option existed keeps working without it."""
+
 PreparedAppend = tuple[StorageKey, list[Message], int | None, Idempotency | None]
+"""A located, validated append: where, the canonical messages, the window, the key."""
 """An append's store call: where, the canonical messages, the window, the idempotency."""
 Loader = Callable[[], list[Message]]
 AsyncLoader = Callable[[], Awaitable[list[Message]]]
@@ -220,16 +227,18 @@ class MemoryCore:
 
     def _append(self, scope: str, key: str, incoming: Message | Sequence[Message],
                 context: ExecutionContext | None, max_messages: int | None,
-                idempotency_key: str | None = None,
-                format: str = "canonical") -> Operation[ScopedAppendResult]:
+                idempotency_key: str | None = None, format: str = "canonical",
+                tail: int | None = None) -> Operation[ScopedAppendResult]:
         prepared = self._append_call(scope, key, incoming, context, max_messages,
-                                     idempotency_key, format)
+                                     idempotency_key, format, tail)
         if isinstance(prepared, ScopedAppendResult):
             return prepared  # refused (MEM-7): no store call
         where, canonical, window, idempotency = prepared
         options: dict[str, Any] = {"max_messages": window, "lock_timeout": self.lock_timeout}
         if idempotency is not None:
             options["idempotency"] = idempotency
+        if tail:
+            options["tail"] = tail
         outcome = yield StoreCall("append", (where, canonical), options)
         return self._append_result(where, outcome)
 
@@ -237,16 +246,20 @@ class MemoryCore:
     # (no metrics: nothing to time) and so spares the generator protocol per append.
     def _append_call(self, scope: str, key: str, incoming: Message | Sequence[Message],
                      context: ExecutionContext | None, max_messages: int | None,
-                     idempotency_key: str | None, format: str,
+                     idempotency_key: str | None, format: str, tail: int | None = None,
                      ) -> PreparedAppend | ScopedAppendResult:
         """Validate and locate an append: the store call's arguments, or the refused result."""
         canonical = (canonical_messages(incoming) if format == "canonical"
                      else to_canonical(incoming, format))
         window = None if max_messages is None else check_max_messages(max_messages)
+        if tail is not None:
+            _check_cursor("tail", tail, low=1)
         where = self._locate("append", scope, key, context)
         if where is None:
-            return ScopedAppendResult(scope=scope, resolved_scope_id="", refused=True, count=0,
-                                      appended=0, messages=[])
+            return ScopedAppendResult(
+                scope=scope, resolved_scope_id="", refused=True, count=0, appended=0,
+                messages=[], tail=None if tail is None else HistoryResult(scope=scope,
+                                                                          refused=True, total=0))
         idempotency = (None if idempotency_key is None else
                        self._idempotency(idempotency_key, "append", where, [canonical, window]))
         return where, canonical, window, idempotency
@@ -262,8 +275,11 @@ class MemoryCore:
         if loaders[0] is not where:  # the same key as the last append: the same loader
             loaders = self._loaders = (where, *self._loader(where))
         _, load, aload = loaders
+        page = outcome.tail
         return appended_result(where.scope, where.scope_id, outcome.serialized, outcome.count,
-                               outcome.appended, outcome.replayed, load, aload)
+                               outcome.appended, outcome.replayed, load, aload,
+                               None if page is None else
+                               HistoryResult.of_page(page, where.scope, where.scope_id))
 
     def _loader(self, where: StorageKey) -> tuple[Loader | None, AsyncLoader | None]:
         """How an append result reads its buffer on this face: ``(load, aload)``."""

@@ -21,6 +21,7 @@ from .coordinator import (
     DEFAULT_IDEMPOTENCY_TTL,
     DEFAULT_LOCK_TIMEOUT,
     MAX_KEY_LENGTH,
+    NOT_ASKED,
     Loader,
     MemoryCore,
     Operation,
@@ -129,7 +130,8 @@ class Memory(MemoryCore):
                context: ExecutionContext | None,
                max_messages: int | None = None,
                idempotency_key: str | None = None,
-               format: str = "canonical") -> ScopedAppendResult:
+               format: str = "canonical",
+               tail: int | None = None) -> ScopedAppendResult:
         """Append to the conversation at (scope, key) with the full MEM-1..14 rules.
 
         ``messages`` on the result is read from the store when first accessed.
@@ -144,17 +146,24 @@ class Memory(MemoryCore):
         the same key with another input raises
         :class:`~flowmem.errors.IdempotencyConflict`. Keys are remembered at
         least ``idempotency_ttl`` seconds (24 h by default) on every backend.
+
+        ``tail=N`` also reads the newest ``N`` entries as the append left
+        them, in the append's own transaction (``result.tail``, a
+        :class:`~flowmem.HistoryResult`): what ``history(last=N)`` would give
+        at that instant, with no other writer between and no second round
+        trip. A replayed append's tail is the conversation as it is now.
         """
         if self.metrics is not None:  # the generator protocol times the store call
             return self._run(self._append(scope, key, incoming, context, max_messages,
-                                          idempotency_key, format))
+                                          idempotency_key, format, tail))
         prepared = self._append_call(scope, key, incoming, context, max_messages,
-                                     idempotency_key, format)
+                                     idempotency_key, format, tail)
         if isinstance(prepared, ScopedAppendResult):
             return prepared  # refused (MEM-7): no store call
         where, canonical, window, idempotency = prepared
         outcome = self.store.append(where, canonical, max_messages=window,
-                                  lock_timeout=self.lock_timeout, idempotency=idempotency)
+                                  lock_timeout=self.lock_timeout, idempotency=idempotency,
+                                  **({"tail": tail} if tail else NOT_ASKED))
         return self._append_result(where, outcome)
 
     def history(self, scope: str, key: str, *, context: ExecutionContext | None,

@@ -105,32 +105,39 @@ class ScopedAppendResult(AppendResult):
 
     ``replayed`` is ``True`` when the call repeated an idempotency key: the
     figures are the first call's and nothing changed.
+    ``tail``, when the append was asked for one (``tail=N``), is the page of
+    the newest ``N`` entries just after it, read in the append's own
+    transaction (no other writer between); ``None`` when not asked. A
+    refused append's tail is an empty refused page.
     ``messages`` (the buffer after the append) is read from the store on
     first access by a :class:`~flowmem.Memory` result; an
     :class:`~flowmem.AsyncMemory` result reads it with
     ``await result.load_messages()`` (a property cannot await).
     """
 
-    __slots__ = ("_aload", "refused", "replayed", "resolved_scope_id", "scope", "serialized")
+    __slots__ = ("_aload", "refused", "replayed", "resolved_scope_id", "scope", "serialized",
+                 "tail")
 
     scope: str
     resolved_scope_id: str
     serialized: bool
     refused: bool
     replayed: bool
+    tail: HistoryResult | None
     _aload: Callable[[], Awaitable[list[Message]]] | None
 
     def __init__(self, *, scope: str, resolved_scope_id: str, count: int, appended: int,
                  serialized: bool = True, refused: bool = False, replayed: bool = False,
                  messages: list[Message] | None = None,
                  load: Callable[[], list[Message]] | None = None,
-                 aload: Callable[[], Awaitable[list[Message]]] | None = None) -> None:
+                 aload: Callable[[], Awaitable[list[Message]]] | None = None,
+                 tail: HistoryResult | None = None) -> None:
         if aload is not None:
             load = _not_loaded
         elif messages is None and load is None:
             raise ValueError("AppendResult needs messages or a loader")
         _fill(self, scope, resolved_scope_id, serialized, count, appended, refused, replayed,
-              messages, load, aload)
+              messages, load, aload, tail)
 
     async def load_messages(self) -> list[Message]:
         """The buffer after the append, on either face (awaits the read once)."""
@@ -145,7 +152,8 @@ _new = object.__new__
 def _fill(result: ScopedAppendResult, scope: str, resolved_scope_id: str, serialized: bool,
           count: int, appended: int, refused: bool, replayed: bool,
           messages: list[Message] | None, load: Callable[[], list[Message]] | None,
-          aload: Callable[[], Awaitable[list[Message]]] | None) -> ScopedAppendResult:
+          aload: Callable[[], Awaitable[list[Message]]] | None,
+          tail: HistoryResult | None) -> ScopedAppendResult:
     """Set every field of ``result`` (AppendResult's too: one call less per append)."""
     result.count = count
     result.appended = appended
@@ -157,6 +165,7 @@ def _fill(result: ScopedAppendResult, scope: str, resolved_scope_id: str, serial
     result.serialized = serialized
     result.refused = refused
     result.replayed = replayed
+    result.tail = tail
     return result
 
 
@@ -164,7 +173,7 @@ def appended_result(scope: str, resolved_scope_id: str, serialized: bool, count:
                     appended: int, replayed: bool,
                     load: Callable[[], list[Message]] | None,
                     aload: Callable[[], Awaitable[list[Message]]] | None,
-                    ) -> ScopedAppendResult:
+                    tail: HistoryResult | None = None) -> ScopedAppendResult:
     """``ScopedAppendResult(...)`` of an append a store answered (one loader given).
 
     The coordinator's per-append construction: positional, and without the
@@ -172,4 +181,4 @@ def appended_result(scope: str, resolved_scope_id: str, serialized: bool, count:
     """
     return _fill(_new(ScopedAppendResult), scope, resolved_scope_id, serialized, count,
                  appended, False, replayed, None,
-                 _not_loaded if aload is not None else load, aload)
+                 _not_loaded if aload is not None else load, aload, tail)

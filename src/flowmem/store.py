@@ -73,6 +73,12 @@ class AppendOutcome:
     atomicity still made it whole). ``replayed`` is ``True`` when an
     idempotency key had already been used for this same append: nothing
     changed and the figures are the first outcome's.
+
+    ``tail``, when the append was asked for one (``tail=N``), is the page of
+    the newest ``N`` entries as the append left them, read in the append's
+    own atomic unit (its transaction, its script): what ``history(key,
+    last=N)`` would have answered at that instant, no other writer between.
+    ``None`` when not asked.
     """
 
     count: int
@@ -80,6 +86,7 @@ class AppendOutcome:
     serialized: bool = True
     stats: AppendStats = field(default_factory=AppendStats)
     replayed: bool = False
+    tail: HistoryPage | None = None
 
 
 @quick_init
@@ -154,7 +161,7 @@ class Store(Protocol):
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
-               idempotency: Idempotency | None = None) -> AppendOutcome:
+               idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
         """Append canonical messages to the conversation at ``key`` (created on demand).
 
         Serialized per key for at most ``lock_timeout`` seconds of waiting
@@ -162,6 +169,10 @@ class Store(Protocol):
         ``serialized=False``. Raises :class:`~flowmem.errors.KeyConflict` when
         the key holds a plain value. A repeat under the same ``idempotency`` key
         returns the first outcome with ``replayed=True`` and changes nothing.
+        ``tail > 0``: the outcome carries the newest ``tail`` entries after the
+        append, read in the same atomic unit (:attr:`AppendOutcome.tail`; a
+        replayed append's tail is the conversation as it is now). The
+        coordinator passes ``tail`` only when it is asked for one.
         """
         ...
 
@@ -221,7 +232,7 @@ class AsyncStore(Protocol):
 
     async def append(self, key: StorageKey, incoming: Sequence[Message], *,
                      max_messages: int | None, lock_timeout: float,
-                     idempotency: Idempotency | None = None) -> AppendOutcome:
+                     idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
         """As :meth:`Store.append`; the MEM-12 wait never blocks the loop."""
         ...
 

@@ -229,14 +229,17 @@ async def append_and_echo(server: ServerState, scope: str, key: str, messages: l
                           ) -> tuple[ScopedAppendResult, dict[str, Any]]:
     """Check the limits, append through ``AsyncMemory`` (MEM-1..14), and echo the newest
     messages — none under a refusal, which has already logged its one warning (MEM-7),
-    nor without ``echo`` (``Prefer: return=minimal``, :mod:`.prefer`: no second read).
-    ``idempotency_key`` makes a retry replay the first outcome (:mod:`.idempotency`)."""
+    nor without ``echo`` (``Prefer: return=minimal``, :mod:`.prefer`). The echo is the
+    append's own tail (``tail=``): read in its transaction, so it shows exactly what the
+    append left, with no second read. ``idempotency_key`` makes a retry replay the first
+    outcome (:mod:`.idempotency`)."""
     check_messages(messages, server.settings.limits)
+    tail = server.settings.echo if echo and server.settings.echo > 0 else None
     result = await server.memory.append(scope, key, messages, context=context,
-                                        max_messages=window, idempotency_key=idempotency_key)
+                                        max_messages=window, idempotency_key=idempotency_key,
+                                        tail=tail)
     answer: dict[str, Any] = {**result.to_dict(), "messages": [], "before": None}
-    if echo and not result.refused:
-        page = await server.memory.history(scope, key, context=context,
-                                           last=server.settings.echo)
+    page = result.tail
+    if page is not None and not result.refused:
         answer.update(messages=positioned(page), before=page.before)
     return result, answer

@@ -68,10 +68,10 @@ class AsyncInMemoryStore:
 
     async def append(self, key: StorageKey, incoming: Sequence[Message], *,
                      max_messages: int | None, lock_timeout: float,
-                     idempotency: Idempotency | None = None) -> AppendOutcome:
+                     idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
         async with self.lock(key, lock_timeout) as held:
             return self._store.apply_append(key, incoming, max_messages=max_messages,
-                                            serialized=held, idempotency=idempotency)
+                                            serialized=held, idempotency=idempotency, tail=tail)
 
     async def history(self, key: StorageKey, *, last: int | None = None,
                       before: int | None = None) -> HistoryPage:
@@ -161,11 +161,11 @@ class AsyncSQLiteStore:
 
     async def append(self, key: StorageKey, incoming: Sequence[Message], *,
                      max_messages: int | None, lock_timeout: float,
-                     idempotency: Idempotency | None = None) -> AppendOutcome:
-        request = AppendRequest(key, incoming, max_messages, lock_timeout, idempotency)
+                     idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
+        request = AppendRequest(key, incoming, max_messages, lock_timeout, idempotency, tail)
         job = Job(lambda: self._store.append(
             key, incoming, max_messages=max_messages, lock_timeout=lock_timeout,
-            idempotency=idempotency), request)
+            idempotency=idempotency, tail=tail), request)
         outcome: AppendOutcome = await asyncio.wrap_future(self._submit(job))
         return outcome
 

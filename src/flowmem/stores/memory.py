@@ -95,7 +95,7 @@ class InMemoryStore:
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
-               idempotency: Idempotency | None = None) -> AppendOutcome:
+               idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
         # the MEM-12 lock without a lock file is one thread lock: taken directly
         hot = self._hot
         if hot[0] is key:  # the same (frozen) key as the last append: the same lock
@@ -104,25 +104,28 @@ class InMemoryStore:
             lock = self._locks.thread_lock(stripe_of(key))
             self._hot = (key, lock)
         if not lock.acquire(True, lock_timeout if lock_timeout > 0.0 else 0.0):
-            return self._apply(key, incoming, max_messages, False, idempotency)
+            return self._apply(key, incoming, max_messages, False, idempotency, tail)
         try:
-            return self._apply(key, incoming, max_messages, True, idempotency)
+            return self._apply(key, incoming, max_messages, True, idempotency, tail)
         finally:
             lock.release()
 
     def apply_append(self, key: StorageKey, incoming: Sequence[Message], *,
                      max_messages: int | None, serialized: bool = True,
-                     idempotency: Idempotency | None = None) -> AppendOutcome:
+                     idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
         """The append's atomic step, for a caller that already waited for the MEM-12 lock."""
-        return self._apply(key, incoming, max_messages, serialized, idempotency)
+        return self._apply(key, incoming, max_messages, serialized, idempotency, tail)
 
     def _apply(self, key: StorageKey, incoming: Sequence[Message], max_messages: int | None,
-               serialized: bool, idempotency: Idempotency | None) -> AppendOutcome:
+               serialized: bool, idempotency: Idempotency | None,
+               tail: int = 0) -> AppendOutcome:
         with self._mutex:
             if idempotency is not None:
                 first = self._replay(idempotency)
                 if first is not None:
-                    return AppendOutcome(first[0], first[1], serialized, replayed=True)
+                    page = self._page(self._buffer(key, create=False), tail, None) if tail else None
+                    return AppendOutcome(first[0], first[1], serialized, replayed=True,
+                                         tail=page)
             last, buffer = self._last_buffer  # the same (frozen) key's: no StorageKey hash
             if last is not key or buffer is None:
                 buffer = self._buffer(key, create=True)
@@ -132,6 +135,9 @@ class InMemoryStore:
             count = buffer.apply(plan, max_messages=max_messages)
             if idempotency is not None:
                 self._record(idempotency, (count, plan.appended))
+            if tail:
+                return AppendOutcome(count, plan.appended, serialized, plan_stats(plan),
+                                     tail=self._page(buffer, tail, None))
             return _new_outcome(count, plan.appended, serialized, plan_stats(plan))
 
     def _buffer(self, key: StorageKey, *, create: bool) -> ConversationBuffer | None:
@@ -145,13 +151,18 @@ class InMemoryStore:
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:
         with self._mutex:
-            buffer = self._buffer(key, create=False)
-            if buffer is None:
-                return HistoryPage(total=0)
-            messages, positions = buffer.page(last=last, before=before)
-            older = bool(positions) and buffer.page(last=1, before=positions[0])[1] != []
-            return HistoryPage(messages, positions, positions[0] if older else None,
-                               buffer.count_before(before))
+            return self._page(self._buffer(key, create=False), last, before)
+
+    @staticmethod
+    def _page(buffer: ConversationBuffer | None, last: int | None,
+              before: int | None) -> HistoryPage:
+        """A page of ``buffer`` (``None``: no conversation), under the mutex."""
+        if buffer is None:
+            return HistoryPage(total=0)
+        messages, positions = buffer.page(last=last, before=before)
+        older = bool(positions) and buffer.page(last=1, before=positions[0])[1] != []
+        return HistoryPage(messages, positions, positions[0] if older else None,
+                           buffer.count_before(before))
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
         with self._mutex:

@@ -308,10 +308,10 @@ class PostgresStore:
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
-               idempotency: Idempotency | None = None) -> AppendOutcome:
+               idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
         with self._transaction(lock=(key, lock_timeout)) as tx:
             # MEM-12: whether the lock was had is known once the first step ran
-            program = SQL.append(key, incoming, max_messages, True, idempotency)
+            program = SQL.append(key, incoming, max_messages, True, idempotency, tail)
             outcome = drive(program, tx.execute, tx.batch)
         return outcome if tx.serialized else replace(outcome, serialized=False)
 

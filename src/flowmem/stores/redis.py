@@ -171,11 +171,12 @@ class RedisStore:
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
-               idempotency: Idempotency | None = None) -> AppendOutcome:
+               idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
         began = time.monotonic()
         with self._gates.hold(key, lock_timeout) as queued:  # this store's threads queue
             left = max(0.0, lock_timeout - (time.monotonic() - began)) if queued else 0.0
-            program = self.programs.append(key, incoming, max_messages, left, idempotency)
+            program = self.programs.append(key, incoming, max_messages, left, idempotency,
+                                            tail)
             return self._run(program, "append")
 
     def history(self, key: StorageKey, *, last: int | None = None,

@@ -47,6 +47,7 @@ from .redis_requests import (
     first_error,
     idem_conflict,
     key_conflict,
+    page_of,
     script,
 )
 from .redis_views import Guess, ViewCache
@@ -65,9 +66,10 @@ class Appends:
         self.cache = cache if cache is not None else ViewCache()
 
     def append(self, key: StorageKey, incoming: Sequence[Message], max_messages: int | None,
-               lock_timeout: float,
-               idempotency: Idempotency | None = None) -> Program[AppendOutcome]:
+               lock_timeout: float, idempotency: Idempotency | None = None,
+               tail: int = 0) -> Program[AppendOutcome]:
         """Guess → plan → ``APPLY``; waits for the lease or plans again only when told to.
+        With ``tail``, the script replies with the newest ``tail`` entries it left.
 
         Whatever ends it early (an error, a cancellation thrown in by the
         driver), it releases the lease it may hold before re-raising.
@@ -82,7 +84,7 @@ class Appends:
         try:
             while True:
                 reply = yield from self._apply(names, guess, plan, max_messages, lease,
-                                               idempotency)
+                                               idempotency, tail)
                 if reply[0] == b"locked":  # MEM-12: another holder; the bounded wait
                     held = True  # from its first SET NX on, the lease may be this token's
                     held = yield from self.programs.wait(names, token, deadline)
@@ -108,7 +110,7 @@ class Appends:
             raise
 
     def _apply(self, names: Names, guess: Guess, plan: AppendPlan, max_messages: int | None,
-               lease: str, idempotency: Idempotency | None) -> Program[Any]:
+               lease: str, idempotency: Idempotency | None, tail: int) -> Program[Any]:
         """One ``EVALSHA`` of ``APPLY``; its reply, but a plain value or a reused
         idempotency key raise (the script released the lease already)."""
         keys: tuple[bytes, ...] = names.keys
@@ -117,7 +119,7 @@ class Appends:
             record, idem = self.programs.idem(idempotency)
             keys = (*keys, record)
         args = [lease, self.programs.lease_ms, self.programs.new_token(), SLOT,
-                "" if max_messages is None else max_messages, *idem, *guess.args(),
+                "" if max_messages is None else max_messages, *idem, tail, *guess.args(),
                 *plan_args(plan)]
         # the first append of this store to a conversation lists it in the same round trip
         extra = () if guess.listed else (("ZADD", names.index, 0, names.member),)
@@ -134,10 +136,12 @@ class Appends:
         count, appended, owned = int(reply[1]), int(reply[2]), bool(int(reply[3]))
         serialized = serialized and owned  # fenced: no other token held the lease
         if reply[0] == b"replay":
-            return AppendOutcome(count, appended, serialized, replayed=True)
+            return AppendOutcome(count, appended, serialized, replayed=True,
+                                 tail=page_of(reply[4]) if reply[4] else None)
         if int(reply[4]) and guess.listed:  # re-created after another store deleted it
             first_error((yield Pipe((("ZADD", names.index, 0, names.member),))))
-        self.cache.learn(names.meta, guess, reply[5:])
+        self.cache.learn(names.meta, guess, reply[6:])
         stats = AppendStats(plan.dropped_results, plan.dropped_turns, plan.healed,
                             plan.replaced)
-        return AppendOutcome(count, appended, serialized, stats)
+        return AppendOutcome(count, appended, serialized, stats,
+                             tail=page_of(reply[5]) if reply[5] else None)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["APPLY", "IDEM", "PRELUDE"]
+__all__ = ["APPLY", "IDEM", "PAGE", "PRELUDE"]
 
 IDEM: Final = r"""
 -- the idempotency record KEYS[10]: 'fingerprint\nexpires\noutcome' (expires in the
@@ -41,12 +41,43 @@ for i = 1, #KEYS do
 end
 """
 
-APPLY: Final = "#!lua\n" + PRELUDE + IDEM + r"""
+PAGE: Final = r"""
+-- page(last, before): the newest `last` entries ("" = all) older than `before`
+-- ("" = none) of the buffer in KEYS[3] (positions) and KEYS[4] (bodies), oldest first:
+-- {more, total, pos, body, pos, body...}; total: the entries before `before`
+local function page(last_arg, before_arg)
+  local upper = '+inf'
+  if before_arg ~= '' then upper = '(' .. before_arg end
+  local total = redis.call('ZCOUNT', KEYS[3], '-inf', upper)
+  local positions, more = nil, 0
+  if last_arg == '' then
+    positions = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', upper)
+  else
+    local last = tonumber(last_arg)
+    local newest = redis.call('ZREVRANGEBYSCORE', KEYS[3], upper, '-inf', 'LIMIT', 0, last + 1)
+    if #newest > last then more = 1 end
+    positions = {}
+    for k = math.min(last, #newest), 1, -1 do positions[#positions + 1] = newest[k] end
+  end
+  local out = {more, total}
+  for k = 1, #positions, 1000 do
+    local chunk = redis.call('HMGET', KEYS[4], unpack(positions, k, math.min(k + 999, #positions)))
+    for j, body in ipairs(chunk) do
+      out[#out + 1] = positions[k + j - 1]
+      out[#out + 1] = body
+    end
+  end
+  return out
+end
+"""
+
+APPLY: Final = "#!lua\n" + PRELUDE + IDEM + PAGE + r"""
 -- KEYS: the nine BUFFER_PARTS (+ the idempotency record).  ARGV: 1 the append's lease
 -- token ("" = go ahead whoever holds the lease: MEM-12's unserialized fallback), 2 the
 -- lease's ms, 3 the new version, 4 SLOT, 5 max_messages ("" = unbounded), 6 the
 -- idempotency fingerprint ("" = none), 7 its time to live (ms), 8 the caller's clock
--- (s); then the view the plan was made against: n (id code)... with code the id's
+-- (s), 9 the tail: how many of the newest entries to reply with (0 = none); then the
+-- view the plan was made against: n (id code)... with code the id's
 -- result ('-' none, 'h' a healed placeholder, 'r' real) then whether it is declared
 -- ('d' or '-'), then '*' (the append does not heal) or m (id 'turn:ord')... the whole
 -- of the unanswered calls; then the operations:
@@ -57,9 +88,11 @@ APPLY: Final = "#!lua\n" + PRELUDE + IDEM + r"""
 -- {'conflict', code..., [pend]} when the buffer no longer matches the view: the
 -- ids' codes now and, when it heals, HGETALL of the unanswered calls (nothing
 -- changed but the renewal of a lease the token holds); else {'ok', count, appended,
--- owned, created, (id code pend)...}: owned is 1 when no other token held the lease,
--- created 1 when the buffer did not exist, then the codes and unanswered-call
--- entries ('' for none) of every id the append touched, as they are now.
+-- owned, created, tail, (id code pend)...}: owned is 1 when no other token held the
+-- lease, created 1 when the buffer did not exist, tail page()'s reply for the newest
+-- ARGV[9] entries after the append ({} for none), then the codes and unanswered-call
+-- entries ('' for none) of every id the append touched, as they are now. A replay is
+-- {'replay', count, appended, owned, tail}.
 local V, META, POS, BODY, INFO, RES, CALLS, PEND, LOCK =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local TOKEN = ARGV[1]
@@ -78,11 +111,15 @@ local function num(i)
   if n == nil then error('flowmem: bad plan argument ' .. i) end
   return n
 end
-local slot, window = num(4), nil
+local slot, window, tail = num(4), nil, num(9)
 if ARGV[5] ~= '' then window = num(5) end
+local function tail_page()
+  if tail > 0 then return page(ARGV[9], '') end
+  return {}
+end
 local ids, expect, pending = {}, {}, nil
-local i = 10
-for k = 1, num(9) do ids[k], expect[k] = ARGV[i], ARGV[i + 1] i = i + 2 end
+local i = 11
+for k = 1, num(10) do ids[k], expect[k] = ARGV[i], ARGV[i + 1] i = i + 2 end
 if ARGV[i] == '*' then
   i = i + 1
 else
@@ -126,7 +163,7 @@ if ARGV[6] ~= '' then  -- a repeated idempotency key: the first outcome, nothing
   if first == false then return {'idem_conflict', 0, 0, release()} end
   if first then
     local c, a = string.match(first, '(%d+) (%d+)')
-    return {'replay', tonumber(c), tonumber(a), release()}
+    return {'replay', tonumber(c), tonumber(a), release(), tail_page()}
   end
 end
 if redis.call('EXISTS', V) == 1 then release() return {'value'} end
@@ -333,7 +370,7 @@ end
 
 redis.call('HSET', META, 'ver', ARGV[3], 'count', s(count), 'next', s(nextpos))
 if ARGV[6] ~= '' then idem_record(ARGV[6], ARGV[7], ARGV[8], s(count) .. ' ' .. s(appended)) end
-local out = {'ok', count, appended, release(), created}
+local out = {'ok', count, appended, release(), created, tail_page()}
 for id in pairs(touched) do
   out[#out + 1] = id
   out[#out + 1] = code(id)

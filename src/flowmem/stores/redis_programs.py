@@ -32,7 +32,6 @@ from typing import Any, Final
 from ..entries import edit_entries
 from ..errors import StoreError
 from ..messages import Message
-from ..pages import UNPARSED
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
 from . import redis_scripts as lua
@@ -52,6 +51,7 @@ from .redis_requests import (
     held,
     idem_conflict,
     key_conflict,
+    page_of,
     retried,
     script,
     setup,
@@ -139,11 +139,7 @@ class RedisPrograms:
         reply = yield from retried(lambda: script(lua.HISTORY, names.keys, args))
         if reply[0] == b"value":
             raise key_conflict(names)
-        positions = [int(p) for p in reply[2::2]]
-        texts = [body.decode() for body in reply[3::2]]
-        more = bool(reply[0]) and bool(positions)
-        return HistoryPage(UNPARSED, positions, positions[0] if more else None, int(reply[1]),
-                           texts)
+        return page_of(reply)
 
     def keys(self, scope: str, scope_id: str, prefix: str, after: str | None,
              limit: int) -> Program[list[str]]:
@@ -173,10 +169,11 @@ class RedisPrograms:
 
     # -- appends (redis_append: one round trip on the common path) -----------------------
     def append(self, key: StorageKey, incoming: Sequence[Message], max_messages: int | None,
-               lock_timeout: float,
-               idempotency: Idempotency | None = None) -> Program[AppendOutcome]:
+               lock_timeout: float, idempotency: Idempotency | None = None,
+               tail: int = 0) -> Program[AppendOutcome]:
         """The append program (:class:`~flowmem.stores.redis_append.Appends`)."""
-        return self.appends.append(key, incoming, max_messages, lock_timeout, idempotency)
+        return self.appends.append(key, incoming, max_messages, lock_timeout, idempotency,
+                                   tail)
 
     # -- the administrative path (MEM-15) ------------------------------------------------
     def edit(self, key: StorageKey, position: int, message: Message | None) -> Program[bool]:

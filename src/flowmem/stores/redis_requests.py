@@ -20,13 +20,33 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from ..errors import IdempotencyConflict, KeyConflict, StoreError, StoreUnavailable
-from ..store import Idempotency
+from ..pages import UNPARSED
+from ..store import HistoryPage, Idempotency
 from . import redis_scripts as lua
 from .redis_layout import Names
 
-__all__ = ["POLL_MAX", "POLL_START", "SCRIPTS", "SHAS", "Command", "NoScript", "Pipe",
-           "Program", "Request", "Sleep", "T", "first_error", "held", "idem_conflict",
-           "key_conflict", "load", "retried", "script", "setup"]
+__all__ = [
+    "POLL_MAX",
+    "POLL_START",
+    "SCRIPTS",
+    "SHAS",
+    "Command",
+    "NoScript",
+    "Pipe",
+    "Program",
+    "Request",
+    "Sleep",
+    "T",
+    "first_error",
+    "held",
+    "idem_conflict",
+    "key_conflict",
+    "load",
+    "page_of",
+    "retried",
+    "script",
+    "setup",
+]
 
 T = TypeVar("T")
 POLL_START: Final = 0.0002
@@ -60,6 +80,16 @@ class Sleep:
 Request = Pipe | Sleep
 Program = Generator[Request, Any, T]
 """A Redis program: yields :data:`Request` s, receives their replies, returns ``T``."""
+
+
+def page_of(reply: Sequence[Any]) -> HistoryPage:
+    """The page of a ``page()`` reply (``HISTORY``'s, or an ``APPLY``'s tail):
+    ``{more, total, pos, body...}``, its messages left to parse from their texts."""
+    positions = [int(p) for p in reply[2::2]]
+    texts = [body.decode() for body in reply[3::2]]
+    more = bool(reply[0]) and bool(positions)
+    return HistoryPage(UNPARSED, positions, positions[0] if more else None, int(reply[1]),
+                       texts)
 
 
 def first_error(replies: Sequence[Any]) -> None:

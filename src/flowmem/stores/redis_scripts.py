@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .redis_apply_lua import APPLY, IDEM, PRELUDE
+from .redis_apply_lua import APPLY, IDEM, PAGE, PRELUDE
 
 __all__ = ["APPLY", "BUFFER_PARTS", "DELETE", "EDIT", "HISTORY", "READ", "RELEASE", "RENEW",
            "WRITE"]
@@ -54,33 +54,11 @@ end
 return out
 """
 
-HISTORY: Final = r"""#!lua flags=no-writes
--- ARGV: 1 last ("" = all), 2 before ("" = none).
--- Returns {more, total, pos, body, pos, body...}; total: the entries before `before`;
+HISTORY: Final = "#!lua flags=no-writes\n" + PAGE + r"""
+-- ARGV: 1 last ("" = all), 2 before ("" = none). Returns page()'s reply, or
 -- {'value'} when the key holds a plain value
 if redis.call('EXISTS', KEYS[1]) == 1 then return {'value'} end
-local upper = '+inf'
-if ARGV[2] ~= '' then upper = '(' .. ARGV[2] end
-local total = redis.call('ZCOUNT', KEYS[3], '-inf', upper)
-local positions, more = nil, 0
-if ARGV[1] == '' then
-  positions = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', upper)
-else
-  local last = tonumber(ARGV[1])
-  local newest = redis.call('ZREVRANGEBYSCORE', KEYS[3], upper, '-inf', 'LIMIT', 0, last + 1)
-  if #newest > last then more = 1 end
-  positions = {}
-  for k = math.min(last, #newest), 1, -1 do positions[#positions + 1] = newest[k] end
-end
-local out = {more, total}
-for k = 1, #positions, 1000 do
-  local chunk = redis.call('HMGET', KEYS[4], unpack(positions, k, math.min(k + 999, #positions)))
-  for j, body in ipairs(chunk) do
-    out[#out + 1] = positions[k + j - 1]
-    out[#out + 1] = body
-  end
-end
-return out
+return page(ARGV[1], ARGV[2])
 """
 
 WRITE: Final = "#!lua\n" + IDEM + r"""

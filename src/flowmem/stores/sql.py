@@ -41,7 +41,7 @@ from ..messages import Message
 from ..plan import AppendPlan, BufferView, PendingCall, mentioned_ids, needs_pending, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, Idempotency, plan_stats
-from .sql_apply import Then, apply_plan
+from .sql_apply import Applied, Then, apply_plan
 from .sql_program import (
     AsyncExecute,
     Batch,
@@ -180,10 +180,10 @@ class SQLConversations(Reads):
 
     def append(self, key: StorageKey, incoming: Sequence[Message],
                max_messages: int | None, serialized: bool,
-               idempotency: Idempotency | None = None) -> Program[AppendOutcome]:
+               idempotency: Idempotency | None = None, tail: int = 0) -> Program[AppendOutcome]:
         """Plan (:func:`~flowmem.plan.plan_append`) against indexed look-ups, then apply
         (:func:`~flowmem.stores.sql_apply.apply_plan`: the last step, with the record of
-        the idempotency key)."""
+        the idempotency key and, with ``tail``, the page of the newest ``tail`` entries)."""
         opened = self.open_and_view(key, incoming)
         if idempotency is not None:  # the claim goes with the first step of opening
             step = next(opened)
@@ -192,22 +192,27 @@ class SQLConversations(Reads):
             first = self.claimed(idempotency, claim, record)
             if first is not None:
                 opened.close()
-                return AppendOutcome(first["count"], first["appended"], serialized, replayed=True)
+                page = (yield from self.history(key, tail, None)) if tail else None
+                return AppendOutcome(first["count"], first["appended"], serialized,
+                                     replayed=True, tail=page)
             opened = resumed(opened, answers if isinstance(step, Batch) else answers[0])
         buffer_id, count, next_pos, view = yield from opened
         plan = plan_append(view, incoming)
 
         def then(count: int, appended: int) -> list[Statement]:
-            if idempotency is None:
-                return []
-            return self.record_statements(idempotency, {"count": count, "appended": appended})
+            closing = ([] if idempotency is None else
+                       self.record_statements(idempotency, {"count": count, "appended": appended}))
+            if tail:  # read last, after the window's deletes: what the append left
+                closing.append(self.page_statement("?", (buffer_id,), tail, None))
+            return closing
 
-        count, appended = yield from self.apply(buffer_id, count, next_pos, plan, max_messages,
-                                                then)
-        return AppendOutcome(count, appended, serialized, plan_stats(plan))
+        count, appended, rows = yield from self.apply(buffer_id, count, next_pos, plan,
+                                                      max_messages, then)
+        page = self.as_page(rows[-1], tail, count) if tail else None
+        return AppendOutcome(count, appended, serialized, plan_stats(plan), tail=page)
 
     def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
-              max_messages: int | None, then: Then) -> Program[tuple[int, int]]:
+              max_messages: int | None, then: Then) -> Program[Applied]:
         """Execute ``plan`` (:func:`~flowmem.stores.sql_apply.apply_plan`); a backend
         that keeps a copy of the view learns what the plan did here."""
         return (yield from apply_plan(buffer_id, count, next_pos, plan, max_messages, then))

@@ -46,7 +46,7 @@ from ..plan import (
 )
 from .sql_program import Batch, Program, Rows, Statement, encode
 
-__all__ = ["SAVE", "SAVE_UNCHECKED", "PendingInRow", "apply_plan"]
+__all__ = ["SAVE", "SAVE_UNCHECKED", "Applied", "PendingInRow", "apply_plan"]
 
 _INSERT_ENTRY: Final = ("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
                         "VALUES (?, ?, ?, ?, ?, ?)")
@@ -83,6 +83,8 @@ _PENDING_AGAIN: Final = (  # after a window cut: a call's first declaration left
 
 Then = Callable[[int, int], Sequence[Statement]]
 """The statements that end the transaction with the append, given ``(count, appended)``."""
+Applied = tuple[int, int, list[Rows]]
+"""What :func:`apply_plan` did: ``(count, appended)``, and the rows of the ``then`` statements."""
 
 
 class PendingInRow:
@@ -130,8 +132,9 @@ class PendingInRow:
 def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
                max_messages: int | None, then: Then,
                save: str = SAVE,
-               pending: PendingInRow | None = None) -> Program[tuple[int, int]]:
-    """Execute ``plan``, the window and ``then``'s statements; returns ``(count, appended)``.
+               pending: PendingInRow | None = None) -> Program[Applied]:
+    """Execute ``plan``, the window and ``then``'s statements; returns ``(count, appended,
+    rows of then's statements)``.
 
     Ends the program: its last step is a final :class:`Batch`. ``save`` is the
     statement that stores the buffer row (:data:`SAVE` or :data:`SAVE_UNCHECKED`);
@@ -163,9 +166,10 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
         queued.append((_SAVE_PENDING, (count, next_pos, pending.encode(), buffer_id)))
     else:
         queued.append((save, (count, next_pos, buffer_id)))
-    queued += then(count, appended)
-    yield from _send(queued, final=True, check=check)
-    return count, appended
+    closing = then(count, appended)
+    queued += closing
+    answers = yield from _send(queued, final=True, check=check)
+    return count, appended, answers[len(answers) - len(closing):]
 
 
 def _send(statements: list[Statement], *, final: bool = False,

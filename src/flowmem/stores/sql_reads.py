@@ -49,8 +49,12 @@ class Reads:
             if value:
                 raise KeyConflict(f"key {key.key!r} holds a plain value, not a conversation")
             return HistoryPage(total=0)
+        return self.as_page(rows, last, int(older[0][0][0]) if older else int(count))
+
+    def as_page(self, rows: Rows, last: int | None, total: int) -> HistoryPage:
+        """The page :meth:`page_statement`'s rows make, with ``total`` entries before its
+        cursor, its messages left to parse from their texts (:mod:`flowmem.pages`)."""
         page = self.page_from(rows, last)
-        total = int(older[0][0][0]) if older else int(count)
         return HistoryPage(UNPARSED, page.positions, page.before, total, page.encoded)
 
     # -- reading ----------------------------------------------------------------

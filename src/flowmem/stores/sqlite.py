@@ -330,10 +330,10 @@ class SQLiteStore:
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
-               idempotency: Idempotency | None = None) -> AppendOutcome:
+               idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
         with self._locks.hold(key, lock_timeout) as serialized:
             program = self._programs().append(key, incoming, max_messages, serialized,
-                                              idempotency)
+                                              idempotency, tail)
             return self._run(program)
 
     def append_group(self, requests: Sequence[AppendRequest]) -> list[AppendOutcome | Exception]:

@@ -51,6 +51,7 @@ class AppendRequest:
     max_messages: int | None
     lock_timeout: float
     idempotency: Idempotency | None = None
+    tail: int = 0
 
 
 class GroupAborted(Exception):
@@ -80,7 +81,8 @@ def each_alone(append: Callable[..., AppendOutcome],
     for r in requests:
         try:
             answers.append(append(r.key, r.incoming, max_messages=r.max_messages,
-                                  lock_timeout=r.lock_timeout, idempotency=r.idempotency))
+                                  lock_timeout=r.lock_timeout, idempotency=r.idempotency,
+                                  tail=r.tail))
         except Exception as exc:
             answers.append(exc)
     return answers
@@ -100,7 +102,7 @@ def run_group(within: Callable[[Callable[[Execute], Answers]], Answers],
         for request, held in zip(requests, serialized, strict=True):
             execute(f"SAVEPOINT {_SAVEPOINT}", ())
             program = sql.append(request.key, request.incoming, request.max_messages, held,
-                                 request.idempotency)
+                                 request.idempotency, request.tail)
             try:
                 answers.append(drive(program, execute))
             except sqlite3.Error as exc:

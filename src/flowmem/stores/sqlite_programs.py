@@ -32,7 +32,7 @@ from ..plan import AppendPlan, BufferView, PendingCall
 from ..scopes import StorageKey
 from ..store import HistoryPage
 from .sql import Program, SQLConversations, view_from, view_parts
-from .sql_apply import SAVE_UNCHECKED, PendingInRow, Then, apply_plan
+from .sql_apply import SAVE_UNCHECKED, Applied, PendingInRow, Then, apply_plan
 from .sql_program import Rows, Statement
 from .sqlite_hot import HotBuffer, HotBuffers
 
@@ -112,7 +112,7 @@ class SQLiteConversations(SQLConversations):
         return buffer.buffer_id, buffer.count, buffer.next_pos, buffer.view()
 
     def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
-              max_messages: int | None, then: Then) -> Program[tuple[int, int]]:
+              max_messages: int | None, then: Then) -> Program[Applied]:
         target, self._target = self._target, None
         pending, self._pending = self._pending, None
         if pending is None:
@@ -122,7 +122,7 @@ class SQLiteConversations(SQLConversations):
                                      SAVE_UNCHECKED, pending)
         if target is not None and self.hot is not None:
             names, buffer = target
-            if done == (count + plan.appended + plan.healed, plan.appended):
+            if done[:2] == (count + plan.appended + plan.healed, plan.appended):
                 buffer.apply(plan, done[0])
             else:  # the window evicted (or a row was refused): read the view next time
                 self.hot.drop(names)

@@ -24,6 +24,7 @@ from ..errors import IdempotencyConflict, InvalidInput, KeyConflict
 from ..messages import HEALED_CONTENT, Message, canonical_messages
 from ..scopes import StorageKey
 from ..store import Idempotency, Store
+from .contract_tail import TailContract
 
 __all__ = ["StoreContract", "fresh_key"]
 
@@ -64,7 +65,7 @@ def _messages(store: Store, key: StorageKey) -> list[Message]:
     return value
 
 
-class StoreContract:
+class StoreContract(TailContract):
     """Conformance tests; subclass and provide the ``store`` fixture."""
 
     @pytest.fixture

@@ -83,10 +83,10 @@ class BlockingStore:
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
-               idempotency: Idempotency | None = None) -> AppendOutcome:
+               idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
         return self._loop.run(self.async_store.append(
             key, incoming, max_messages=max_messages, lock_timeout=lock_timeout,
-            idempotency=idempotency))
+            idempotency=idempotency, tail=tail))
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:

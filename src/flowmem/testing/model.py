@@ -75,14 +75,20 @@ class StoreModelMachine(RuleBasedStateMachine):
     def choose_window(self, window: int | None) -> None:
         self.window = window
 
-    @rule(batch=st.lists(_message(), min_size=1, max_size=4))
-    def append(self, batch: list[Message]) -> None:
+    @rule(batch=st.lists(_message(), min_size=1, max_size=4),
+          tail=st.sampled_from([0, 0, 1, 3]))
+    def append(self, batch: list[Message], tail: int = 0) -> None:
         expected = model_append(self.model, batch, max_messages=self.window)
         outcome = self.store.append(self.key, canonical_messages(batch),
-                                    max_messages=self.window, lock_timeout=5.0)
+                                    max_messages=self.window, lock_timeout=5.0, tail=tail)
         assert (outcome.count, outcome.appended) == (expected.count, expected.appended), (
             f"store {outcome} != model {expected}")
         self.model = expected.messages
+        if tail:  # the newest entries the append left, read in its own unit
+            assert outcome.tail is not None and outcome.tail.messages == self.model[-tail:]
+            assert outcome.tail.total == len(self.model)
+        else:
+            assert outcome.tail is None
 
     @rule(message=_message())
     def append_twice(self, message: Message) -> None:
