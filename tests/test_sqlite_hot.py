@@ -17,7 +17,7 @@ import pytest
 
 from flowmem.errors import StoreError
 from flowmem.ids import result_id
-from flowmem.messages import Message, canonical_messages
+from flowmem.messages import HEALED_CONTENT, Message, canonical_messages
 from flowmem.plan import PendingCall
 from flowmem.scopes import StorageKey
 from flowmem.store import AppendOutcome, HistoryPage
@@ -215,3 +215,47 @@ def test_writes_to_other_keys_keep_the_copy(tmp_path: Path) -> None:
     hot = store._programs().hot
     assert hot is not None and hot.get((KEY.scope, KEY.scope_id, KEY.key)) is not None
     store.close()
+
+
+def _tailed(store: SQLiteStore, text: str, tail: int = 3) -> tuple[list[str], list[str]]:
+    """The tail's contents, and the statements the append ran (traced on its connection)."""
+    ran: list[str] = []
+    connection = store._connection()
+    connection.set_trace_callback(ran.append)
+    try:
+        outcome = store.append(KEY, canonical_messages([_user(text)]), max_messages=None,
+                               lock_timeout=5.0, tail=tail)
+    finally:
+        connection.set_trace_callback(None)
+    assert outcome.tail is not None
+    assert outcome.tail == store.history(KEY, last=tail)  # what a separate read gives
+    return [m["content"] for m in outcome.tail.messages], ran
+
+
+def test_a_hot_buffer_answers_the_tail_without_reading_messages(tmp_path: Path) -> None:
+    """The tail of a hot buffer's append (the service's echo) is its copy's newest entries:
+    read once, then kept by the appends of this connection; a foreign commit, healing
+    (MEM-3) or a replaced placeholder (MEM-10) makes it read again, and it stays exact."""
+    path = tmp_path / "tail.db"
+    store, other = SQLiteStore(str(path)), SQLiteStore(str(path))
+    _warm(store)
+    contents, ran = _tailed(store, "a")
+    assert contents[-1] == "a" and any("group_concat" in sql for sql in ran)
+    for text, expected in (("b", ["warm", "a", "b"]), ("c", ["a", "b", "c"]),
+                           ("d", ["b", "c", "d"])):
+        contents, ran = _tailed(store, text)
+        assert contents == expected
+        assert not any("group_concat" in sql for sql in ran), ran
+    _append(other, _user("foreign"))  # another connection commits: the copy is dropped
+    contents, ran = _tailed(store, "e")
+    assert contents == ["d", "foreign", "e"] and any("group_concat" in sql for sql in ran)
+    _append(store, _call("c1"))
+    contents, _ = _tailed(store, "f")  # heals c1 (MEM-3) inside the tail
+    assert contents[1:] == [HEALED_CONTENT, "f"]
+    _append(store, _result("c1", "late"))  # MEM-10: replaced in place, inside the tail
+    contents, ran = _tailed(store, "g", tail=5)
+    assert contents[-4:] == [None, "late", "f", "g"] and any("group_concat" in sql for sql in ran)
+    contents, ran = _tailed(store, "h", tail=5)
+    assert contents[-2:] == ["g", "h"] and not any("group_concat" in sql for sql in ran)
+    store.close()
+    other.close()

@@ -40,7 +40,7 @@ from ..ids import is_healed
 from ..messages import Message
 from ..plan import AppendPlan, BufferView, PendingCall, mentioned_ids, needs_pending, plan_append
 from ..scopes import StorageKey
-from ..store import AppendOutcome, Idempotency, plan_stats
+from ..store import AppendOutcome, HistoryPage, Idempotency, plan_stats
 from .sql_apply import Applied, Then, apply_plan
 from .sql_program import (
     AsyncExecute,
@@ -203,13 +203,22 @@ class SQLConversations(Reads):
             closing = ([] if idempotency is None else
                        self.record_statements(idempotency, {"count": count, "appended": appended}))
             if tail:  # read last, after the window's deletes: what the append left
-                closing.append(self.page_statement("?", (buffer_id,), tail, None))
+                closing += self.tail_statements(buffer_id, tail)
             return closing
 
         count, appended, rows = yield from self.apply(buffer_id, count, next_pos, plan,
                                                       max_messages, then)
-        page = self.as_page(rows[-1], tail, count) if tail else None
+        page = self.tail_from(rows, tail, count) if tail else None
         return AppendOutcome(count, appended, serialized, plan_stats(plan), tail=page)
+
+    def tail_statements(self, buffer_id: int, tail: int) -> list[Statement]:
+        """The statements reading an append's tail, last in its final batch (a backend
+        that knows the tail already sends none)."""
+        return [self.page_statement("?", (buffer_id,), tail, None)]
+
+    def tail_from(self, rows: list[Rows], tail: int, count: int) -> HistoryPage:
+        """The tail :meth:`tail_statements` read (the last of ``rows``)."""
+        return self.as_page(rows[-1], tail, count)
 
     def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
               max_messages: int | None, then: Then) -> Program[Applied]:

@@ -132,23 +132,28 @@ class PendingInRow:
 def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
                max_messages: int | None, then: Then,
                save: str = SAVE,
-               pending: PendingInRow | None = None) -> Program[Applied]:
+               pending: PendingInRow | None = None,
+               added: list[tuple[int, str]] | None = None) -> Program[Applied]:
     """Execute ``plan``, the window and ``then``'s statements; returns ``(count, appended,
     rows of then's statements)``.
 
     Ends the program: its last step is a final :class:`Batch`. ``save`` is the
     statement that stores the buffer row (:data:`SAVE` or :data:`SAVE_UNCHECKED`);
     ``pending``: the unanswered calls are kept in the row (:class:`PendingInRow`),
-    not in the ``pending`` table.
+    not in the ``pending`` table. ``added`` receives ``(position, JSON text)`` of each
+    entry an :class:`~flowmem.plan.AddEntry` inserts, in order.
     """
     queued: list[Statement] = []
-    added: dict[int, int] = {}
+    positions: dict[int, int] = {}
     appended = 0
     check = save == SAVE  # whether the last batch has rows to check
     for op in plan.ops:
         if isinstance(op, AddEntry):
-            added[op.ordinal] = next_pos
-            queued += _add(buffer_id, next_pos, op, pending)
+            positions[op.ordinal] = next_pos
+            body = encode(op.message)
+            queued += _add(buffer_id, next_pos, op, body, pending)
+            if added is not None:
+                added.append((next_pos, body))
             next_pos, count, appended = next_pos + SLOT, count + 1, appended + 1
         elif isinstance(op, ReplacePlaceholder):
             check = True
@@ -156,7 +161,7 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
                                       encode(op.message))))
         elif isinstance(op, HealTurn):
             yield from _send(queued)
-            turn = added[op.turn.ordinal] if isinstance(op.turn, NewTurn) else op.turn
+            turn = positions[op.turn.ordinal] if isinstance(op.turn, NewTurn) else op.turn
             queued = yield from _heal(buffer_id, turn, op.call_ids, pending)
             count += len(op.call_ids)
     if max_messages is not None and count > max_messages:
@@ -188,9 +193,8 @@ def _send(statements: list[Statement], *, final: bool = False,
     return answers
 
 
-def _add(buffer_id: int, pos: int, op: AddEntry,
+def _add(buffer_id: int, pos: int, op: AddEntry, body: str,
          pending: PendingInRow | None) -> list[Statement]:
-    body = encode(op.message)
     if op.answers is None:
         statements: list[Statement] = [(_INSERT_ENTRY, (buffer_id, pos, op.message["role"],
                                                          None, 0, body))]

@@ -29,17 +29,29 @@ per connection (least recently used first out), and a buffer longer than
 The copy changes only after the statements of the append succeeded; a
 transaction that fails or is rolled back (a group commit's savepoint
 included) drops every copy of its connection (:meth:`HotBuffers.clear`).
+
+A hot buffer may also know its newest entries (:attr:`HotBuffer.tail`: up to
+:data:`TAIL_KEEP` positions with their stored JSON texts), learned from a tail
+this connection read and from the entries it appended since, so an append's
+tail (``append(..., tail=N)``, the service's echo) reads no table. What would
+move an entry inside it without this connection writing the entry's row
+itself — healing (placeholders inside a turn's block), a late result
+replacing a placeholder, the window — makes it unknown again; every other way
+a buffer changes drops the whole copy (the rules above).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from ..pages import UNPARSED
 from ..plan import SLOT, AddEntry, AppendPlan, BufferView, HealTurn, PendingCall, ReplacePlaceholder
+from ..store import HistoryPage
 
-__all__ = ["CAPACITY", "MAX_MESSAGES", "MAX_THRESHOLD", "HotBuffer", "HotBuffers"]
+__all__ = ["CAPACITY", "MAX_MESSAGES", "MAX_THRESHOLD", "TAIL_KEEP", "HotBuffer", "HotBuffers"]
 
 Key = tuple[str, str, str]
 
@@ -49,6 +61,10 @@ MAX_MESSAGES: Final = 250_000
 """A buffer longer than this is never copied (its ids would hold tens of MB)."""
 FIRST_THRESHOLD: Final = 2
 MAX_THRESHOLD: Final = 4096
+TAIL_KEEP: Final = 100
+"""The newest entries a hot buffer may know (:attr:`HotBuffer.tail`)."""
+
+Tail = deque[tuple[int, str]]
 
 
 @dataclass(slots=True)
@@ -61,13 +77,40 @@ class HotBuffer:
     results: dict[str, bool] = field(default_factory=dict)
     declared: set[str] = field(default_factory=set)
     pending: dict[str, PendingCall] = field(default_factory=dict)
+    tail: Tail | None = None
+    """The newest entries, ``(position, JSON text)`` oldest first; ``None``: unknown."""
 
     def view(self) -> BufferView:
         """The live indexes as a view (the planner only reads them)."""
         return BufferView(self.results, self.declared, list(self.pending.values()))
 
-    def apply(self, plan: AppendPlan, count: int) -> None:
-        """What ``plan`` did, as the SQL executor applied it from :attr:`next_pos`."""
+    def page(self, last: int) -> HistoryPage | None:
+        """The newest ``last`` entries as a page, or ``None`` when :attr:`tail` does not
+        hold them all."""
+        tail = self.tail
+        if tail is None or (len(tail) < last and len(tail) < self.count):
+            return None
+        kept = list(tail)[-last:] if last < len(tail) else list(tail)
+        positions = [pos for pos, _ in kept]
+        older = len(kept) < self.count
+        return HistoryPage(UNPARSED, positions, positions[0] if older and positions else None,
+                           self.count, [text for _, text in kept])
+
+    def learn_tail(self, page: HistoryPage) -> None:
+        """The newest entries, from a page just read in this connection's transaction."""
+        if page.encoded is not None and page.total == self.count:
+            self.tail = deque(zip(page.positions, page.encoded, strict=True),
+                              maxlen=TAIL_KEEP)
+
+    def apply(self, plan: AppendPlan, count: int,
+              added: Sequence[tuple[int, str]] = ()) -> None:
+        """What ``plan`` did, as the SQL executor applied it from :attr:`next_pos`;
+        ``added``: the entries it inserted (see :attr:`tail`)."""
+        if self.tail is not None:
+            if plan.healed or plan.replaced:  # an entry inside the tail may have moved
+                self.tail = None
+            else:
+                self.tail.extend(added)
         pos = self.next_pos
         for op in plan.ops:
             if isinstance(op, AddEntry):

@@ -26,6 +26,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Final
 
+from ..errors import StoreError
 from ..messages import Message
 from ..pages import UNPARSED
 from ..plan import AppendPlan, BufferView, PendingCall
@@ -72,6 +73,8 @@ class SQLiteConversations(SQLConversations):
         self.hot = hot
         self._target: tuple[tuple[str, str, str], HotBuffer] | None = None
         self._pending: PendingInRow | None = None  # the opened buffer's, for apply
+        self._applying: HotBuffer | None = None  # the hot buffer of the append under way
+        self._tail_known = False  # whether its tail comes from the hot copy
 
     @staticmethod
     def save_rewritten(buffer_id: int, count: int,
@@ -82,7 +85,8 @@ class SQLiteConversations(SQLConversations):
     def forget_hot(self, key: StorageKey | None = None) -> None:
         """Drop the hot copy of ``key`` (a write, delete or edit of it), or all of them
         (the transaction, or a savepoint of it, was rolled back)."""
-        self._target = self._pending = None
+        self._target = self._pending = self._applying = None
+        self._tail_known = False
         if self.hot is not None:
             if key is None:
                 self.hot.clear()
@@ -117,16 +121,45 @@ class SQLiteConversations(SQLConversations):
         pending, self._pending = self._pending, None
         if pending is None:
             pending = PendingInRow.of(() if target is None else target[1].pending.values())
+        # the hot copy's tail serves this append's only when the append just adds entries
+        quiet = not (plan.healed or plan.replaced) and (
+            max_messages is None or count + plan.appended <= max_messages)
+        self._applying = target[1] if target is not None and quiet else None
+        self._tail_known = False
+        added: list[tuple[int, str]] = []
         # the row was read (or known hot) under this transaction's write lock: no check
         done = yield from apply_plan(buffer_id, count, next_pos, plan, max_messages, then,
-                                     SAVE_UNCHECKED, pending)
+                                     SAVE_UNCHECKED, pending, added)
         if target is not None and self.hot is not None:
             names, buffer = target
             if done[:2] == (count + plan.appended + plan.healed, plan.appended):
-                buffer.apply(plan, done[0])
+                buffer.apply(plan, done[0], added)
             else:  # the window evicted (or a row was refused): read the view next time
                 self.hot.drop(names)
+                self._applying = None
         return done
+
+    def tail_statements(self, buffer_id: int, tail: int) -> list[Statement]:
+        """None when the hot copy knows the newest ``tail`` entries (as they will be after
+        this append: it only appends, and the window leaves the copy unused)."""
+        buffer = self._applying
+        self._tail_known = (buffer is not None and buffer.tail is not None
+                            and (len(buffer.tail) >= tail or len(buffer.tail) >= buffer.count))
+        return [] if self._tail_known else super().tail_statements(buffer_id, tail)
+
+    def tail_from(self, rows: list[Rows], tail: int, count: int) -> HistoryPage:
+        buffer, self._applying = self._applying, None
+        known, self._tail_known = self._tail_known, False
+        if known:
+            page = None if buffer is None else buffer.page(tail)
+            if page is None or page.total != count:
+                raise StoreError("the hot copy's tail does not match the append "
+                                 "(a broken invariant); nothing was stored")
+            return page
+        page = super().tail_from(rows, tail, count)
+        if buffer is not None and buffer.count == count:
+            buffer.learn_tail(page)
+        return page
 
     def _indexed(self, key: StorageKey,
                  incoming: Sequence[Message]) -> Program[tuple[Opened, bool]]:
