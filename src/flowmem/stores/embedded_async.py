@@ -30,7 +30,6 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import Future
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, asynccontextmanager
 from functools import partial
 from typing import Any, Final, TypeVar
@@ -138,7 +137,7 @@ class AsyncSQLiteStore:
         return self._connection.store  # only ever called on the connection thread
 
     # -- the loop's side ----------------------------------------------------------------
-    def _submit(self, job: Job) -> Future[Any]:
+    def _submit(self, job: Job) -> asyncio.Future[Any]:
         with self._guard:
             if self._closed:
                 raise StoreError("the store is closed")
@@ -146,7 +145,7 @@ class AsyncSQLiteStore:
         return job.future
 
     async def _call(self, function: Callable[[], _T]) -> _T:
-        result: _T = await asyncio.wrap_future(self._submit(Job(function)))
+        result: _T = await self._submit(Job(function))
         return result
 
     async def read(self, key: StorageKey) -> tuple[bool, Any]:
@@ -166,7 +165,7 @@ class AsyncSQLiteStore:
         job = Job(lambda: self._store.append(
             key, incoming, max_messages=max_messages, lock_timeout=lock_timeout,
             idempotency=idempotency, tail=tail), request)
-        outcome: AppendOutcome = await asyncio.wrap_future(self._submit(job))
+        outcome: AppendOutcome = await self._submit(job)
         return outcome
 
     async def history(self, key: StorageKey, *, last: int | None = None,
@@ -212,5 +211,5 @@ class AsyncSQLiteStore:
             self._closed = True
             self._connection.queue.put(closing)
             self._connection.queue.put(None)  # the thread stops after what was queued before
-        await asyncio.wrap_future(closing.future)
+        await closing.future
 

@@ -6,15 +6,18 @@ takes the first queued job and whatever queued meanwhile (at most
 ``max_group``), and runs them in queue order: consecutive appends as ONE group
 (:meth:`~flowmem.stores.sqlite.SQLiteStore.append_group`: one transaction, a
 savepoint each), every other operation alone. Each job's future is answered
-after the commit that holds it. A job is claimed with
-:meth:`concurrent.futures.Future.set_running_or_notify_cancel`, so one
-cancelled while queued never runs, and one running is never interrupted.
+after the commit that holds it: a batch's answers go back to the loop in ONE
+call (:meth:`asyncio.loop.call_soon_threadsafe`), not a wake-up of the loop
+per job. A job whose future was cancelled while it queued never runs; one
+running is never interrupted (a cancellation then only drops its answer), so
+an operation is whole or absent.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
-from concurrent.futures import Future
 from queue import Empty, SimpleQueue
 from threading import Thread
 from typing import Any, Final
@@ -29,15 +32,41 @@ MAX_GROUP: Final = 64
 
 
 class Job:
-    """One queued operation: a call, or an append that may join a group."""
+    """One queued operation: a call, or an append that may join a group; made on the
+    loop that awaits :attr:`future`."""
 
-    __slots__ = ("append", "function", "future")
+    __slots__ = ("answer", "append", "failed", "function", "future", "loop")
 
     def __init__(self, function: Callable[[], Any],
                  append: AppendRequest | None = None) -> None:
         self.function = function
         self.append = append
-        self.future: Future[Any] = Future()
+        self.loop = asyncio.get_running_loop()
+        self.future: asyncio.Future[Any] = self.loop.create_future()
+        self.answer: Any = None
+        self.failed = False
+
+    def claimed(self) -> bool:
+        """Whether the job should run (on the connection thread): not if its future was
+        cancelled while it queued. Reading the state from this thread is one attribute
+        read; a cancellation right after it only drops the answer of a whole run."""
+        return not self.future.cancelled()
+
+    def settle(self, answer: Any, failed: bool = False) -> None:
+        self.answer, self.failed = answer, failed
+
+
+def _deliver(jobs: list[Job]) -> None:
+    """On the loop: give each job's answer to its future (unless cancelled meanwhile)."""
+    for job in jobs:
+        future = job.future
+        if future.done():
+            continue
+        if job.failed:
+            future.set_exception(job.answer)
+        else:
+            future.set_result(job.answer)
+        job.answer = None
 
 
 class ConnectionThread:
@@ -93,41 +122,51 @@ class ConnectionThread:
 
     def _run_batch(self, batch: list[Job]) -> None:
         appends: list[Job] = []
+        ran: list[Job] = []
         for job in batch:
             if job.append is not None:
                 appends.append(job)
                 continue
-            self._run_appends(appends)  # in queue order: earlier appends first
+            ran += self._run_appends(appends)  # in queue order: earlier appends first
             appends = []
-            if job.future.set_running_or_notify_cancel():  # a cancelled job never runs
-                _settle(job)
-        self._run_appends(appends)
+            if job.claimed():  # a cancelled job never runs
+                _run(job)
+                ran.append(job)
+        ran += self._run_appends(appends)
+        _answer(ran)
 
-    def _run_appends(self, jobs: list[Job]) -> None:
-        live = [job for job in jobs if job.future.set_running_or_notify_cancel()]
+    def _run_appends(self, jobs: list[Job]) -> list[Job]:
+        live = [job for job in jobs if job.claimed()]
         group = getattr(self._opened, "append_group", None)
         if len(live) <= 1 or group is None:
             for job in live:
-                _settle(job)
-            return
+                _run(job)
+            return live
         try:
             answers = group([job.append for job in live])
         except BaseException as exc:
             for job in live:
-                job.future.set_exception(exc)
-            return
+                job.settle(exc, failed=True)
+            return live
         for job, answer in zip(live, answers, strict=True):
-            if isinstance(answer, BaseException):
-                job.future.set_exception(answer)
-            else:
-                job.future.set_result(answer)
+            job.settle(answer, failed=isinstance(answer, BaseException))
+        return live
 
 
-def _settle(job: Job) -> None:
-    """Run the job's call and give its answer to its future (already marked running)."""
+def _run(job: Job) -> None:
+    """Run the job's call and keep its answer (or its error) for :func:`_answer`."""
     try:
-        answer = job.function()
+        job.settle(job.function())
     except BaseException as exc:
-        job.future.set_exception(exc)
-    else:
-        job.future.set_result(answer)
+        job.settle(exc, failed=True)
+
+
+def _answer(jobs: list[Job]) -> None:
+    """Hand the answers of a batch to their loops: one call per loop, not one per job."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[Job]] = {}
+    for job in jobs:
+        by_loop.setdefault(job.loop, []).append(job)
+    for loop, answered in by_loop.items():
+        # a closed loop raises RuntimeError: nobody awaits these answers any more
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_deliver, answered)
