@@ -130,7 +130,7 @@ class AsyncSQLiteStore:
     @classmethod
     def from_url(cls, url: str) -> AsyncSQLiteStore:
         """The same URLs and options as :class:`~flowmem.stores.sqlite.SQLiteStore`."""
-        return cls(lambda: SQLiteStore.from_url(url))
+        return cls(lambda: SQLiteStore.from_url(url, queue_writers=True))
 
     @property
     def _store(self) -> Store:

@@ -68,6 +68,11 @@ class KeyLocks:
         if path is not None and fcntl is not None:
             self._fd = _open_lock_file(path)
 
+    @property
+    def fd(self) -> int | None:
+        """The lock file's descriptor (``None``: no lock file), for another byte's lock."""
+        return self._fd
+
     def names(self, path: str) -> bool:
         """Whether ``path`` still names the lock file this object has open."""
         if self._fd is None:

@@ -79,6 +79,7 @@ from .sqlite_schema import (
     migrate,
     user_version,
 )
+from .sqlite_writer import writer_turns
 
 __all__ = ["MIGRATIONS", "MIN_SQLITE_VERSION", "SQLiteStore"]
 
@@ -94,11 +95,14 @@ class SQLiteStore:
     ``mode`` is ``"rwc"`` (read-write, create the database when missing; the
     default), ``"rw"`` (read-write, the database must exist) or ``"ro"``
     (read-only). A database this process cannot write is opened read-only
-    whatever the mode; :attr:`read_only` tells.
+    whatever the mode; :attr:`read_only` tells. ``queue_writers``: this store's
+    writers also queue with other processes' for the write lock, taking turns
+    (:mod:`.sqlite_writer`; the asyncio store's connection thread does).
     """
 
     def __init__(self, path: str, *, synchronous: str = "full",
-                 busy_timeout: float = 30.0, mode: str = "rwc") -> None:
+                 busy_timeout: float = 30.0, mode: str = "rwc",
+                 queue_writers: bool = False) -> None:
         check_library()
         if synchronous not in SYNCHRONOUS:
             raise InvalidStoreURL(f"synchronous must be one of {SYNCHRONOUS}, got {synchronous!r}")
@@ -119,6 +123,8 @@ class SQLiteStore:
         if not os.path.isdir(directory):
             raise StoreError(f"cannot open {self.path}: directory {directory} does not exist")
         self._real_path = os.path.realpath(self.path)
+        self._turns = writer_turns(self._real_path)
+        self.queue_writers = queue_writers
         # decided once: every connection of the store sees the file the same way
         self._uri = self._files.uri(read_only=self.read_only)
         if self.read_only:
@@ -144,7 +150,7 @@ class SQLiteStore:
             self._retrying(lambda: migrate(conn, self.path))
 
     @classmethod
-    def from_url(cls, url: str) -> SQLiteStore:
+    def from_url(cls, url: str, *, queue_writers: bool = False) -> SQLiteStore:
         """``sqlite:///relative.db`` or ``sqlite:////absolute.db``, options as query."""
         parts = urlsplit(url)
         path = unquote(parts.path[1:] if parts.path.startswith("/") else parts.path)
@@ -162,7 +168,8 @@ class SQLiteStore:
         if not math.isfinite(timeout) or timeout < 0:
             raise InvalidStoreURL(f"busy_timeout must be a number of seconds >= 0, in {url!r}")
         return cls(path, synchronous=options.get("synchronous", "full").lower(),
-                   busy_timeout=timeout, mode=options.get("mode", "rwc").lower())
+                   busy_timeout=timeout, mode=options.get("mode", "rwc").lower(),
+                   queue_writers=queue_writers)
 
     # -- opening -------------------------------------------------------------------
     def _open_read_only(self) -> None:
@@ -263,17 +270,18 @@ class SQLiteStore:
         """``body`` in one transaction (plain calls, no context managers: the hot path).
 
         Writers of this process queue on one mutex instead of sleeping in
-        SQLite's busy handler (which backs off up to 100 ms); other processes
-        still meet at BEGIN IMMEDIATE. An optimisation only: the database's
-        own write lock is what makes a transaction atomic. The connection is
-        had first: opening one takes the setup lock, never under the mutex.
+        SQLite's busy handler (which backs off up to 100 ms); with
+        :attr:`queue_writers`, processes queue too (:mod:`.sqlite_writer`).
+        An optimisation only: the database's own write lock is what makes a
+        transaction atomic. The connection is had first: opening one takes
+        the setup lock, never under the mutex.
         """
         if mode == "IMMEDIATE" and self.read_only:
             raise StoreReadOnly(f"{self.path} is open read-only: writes are refused")
         conn = self._connection()
-        mutex = _writer_mutex(self._real_path) if mode == "IMMEDIATE" else None
-        if mutex is not None and not (mutex.acquire(False)
-                                      or mutex.acquire(timeout=self.busy_timeout)):
+        turns = self._turns if mode == "IMMEDIATE" else None
+        fd = self._locks.fd if self.queue_writers else None
+        if turns is not None and not turns.take(self.busy_timeout, fd):
             raise StoreBusy(f"no write turn on {self.path} within {self.busy_timeout}s")
         try:
             if self._gone is not None:
@@ -294,8 +302,8 @@ class SQLiteStore:
                     raise mapped_error(exc, self.path) from exc
                 raise
         finally:
-            if mutex is not None:
-                mutex.release()
+            if turns is not None:
+                turns.give_back(fd)
         self._check_file()
         return answer
 
@@ -378,25 +386,3 @@ class SQLiteStore:
 
 
 _SQL: Final = SQLiteConversations()  # BEGIN IMMEDIATE already holds the write lock
-
-_writer_mutexes: dict[str, threading.Lock] = {}
-_writer_guard = threading.Lock()
-
-
-def _writer_mutex(real_path: str) -> threading.Lock:
-    """One writer mutex per database file per process (every store on it shares it)."""
-    mutex = _writer_mutexes.get(real_path)  # a dict read is atomic; create under the guard
-    if mutex is None:
-        with _writer_guard:
-            mutex = _writer_mutexes.setdefault(real_path, threading.Lock())
-    return mutex
-
-
-def _forget_writers_in_child() -> None:
-    # A child forked while a parent thread wrote must not inherit a held mutex.
-    global _writer_guard
-    _writer_guard = threading.Lock()
-    _writer_mutexes.clear()
-
-
-os.register_at_fork(after_in_child=_forget_writers_in_child)
