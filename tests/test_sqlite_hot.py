@@ -160,7 +160,8 @@ def test_the_window_drops_the_copy_and_stays_exact(tmp_path: Path) -> None:
 
 def test_hot_buffers_are_bounded() -> None:
     """At most CAPACITY buffers per connection, none longer than MAX_MESSAGES, and the
-    fill threshold doubles (to MAX_THRESHOLD) when foreign commits discard copies."""
+    fill threshold doubles (to MAX_THRESHOLD) each time a copy is found stale; a foreign
+    commit only makes a copy unchecked (its buffer's version decides)."""
     hot = HotBuffers()
     hot.observe(1)
     for n in range(CAPACITY + 1):
@@ -169,8 +170,10 @@ def test_hot_buffers_are_bounded() -> None:
     assert not hot.should_fill(("s", "i", "big"), MAX_MESSAGES + 1)
     first = hot.threshold
     for version in range(2, 40):
-        hot.keep(("s", "i", "x"), HotBuffer(1, 0, 0))
+        kept = hot.keep(("s", "i", "x"), HotBuffer(1, 0, 0, checked=version - 1))
         hot.observe(version)
+        assert not hot.current(kept)
+        hot.stale(("s", "i", "x"))
         assert hot.get(("s", "i", "x")) is None
     assert hot.threshold == MAX_THRESHOLD > first
 
@@ -259,3 +262,62 @@ def test_a_hot_buffer_answers_the_tail_without_reading_messages(tmp_path: Path) 
     assert contents[-2:] == ["g", "h"] and not any("group_concat" in sql for sql in ran)
     store.close()
     other.close()
+
+
+def _traced(store: SQLiteStore, key: StorageKey, text: str) -> list[str]:
+    """The statements one append ran on the store's connection."""
+    ran: list[str] = []
+    connection = store._connection()
+    connection.set_trace_callback(ran.append)
+    try:
+        store.append(key, canonical_messages([_user(text)]), max_messages=None,
+                     lock_timeout=5.0, tail=2)
+    finally:
+        connection.set_trace_callback(None)
+    return ran
+
+
+def test_a_commit_to_another_buffer_keeps_the_copy(tmp_path: Path) -> None:
+    """Another connection (another --workers process) appending to ANOTHER buffer costs a
+    hot copy one version read (schema 5), not its view, its tail or its fill."""
+    path = tmp_path / "workers.db"
+    mine, other = SQLiteStore(str(path)), SQLiteStore(str(path))
+    _warm(mine)
+    _traced(mine, KEY, "read the tail once")
+    for n in range(3):
+        _append_to(other, StorageKey("session", "s2", "chat"), f"elsewhere {n}")
+        ran = _traced(mine, KEY, f"mine {n}")
+        assert any(sql.startswith("SELECT version") for sql in ran)
+        assert not any("WITH b" in sql or "group_concat" in sql for sql in ran), ran
+    mine.close()
+    other.close()
+
+
+def test_a_change_that_keeps_the_version_still_drops_the_copy(tmp_path: Path) -> None:
+    """A writer that does not know the versions (an older flowmem on the same file, here a
+    raw UPDATE) changes the row: the trigger gives it a new version, the copy is stale and
+    the next append reads its view again — and stays exact (MEM-1)."""
+    path = tmp_path / "old.db"
+    store = SQLiteStore(str(path))
+    _warm(store)
+    _traced(store, KEY, "hot")
+    _append(store, _call("c1"))
+    raw = sqlite3.connect(path)
+    with raw:  # what a schema-4 writer would do: a result, the row's count and pending
+        buffer_id = raw.execute("SELECT id FROM buffers").fetchone()[0]
+        raw.execute("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
+                    "SELECT ?, next_pos, 'tool', 'c1', 0, ? FROM buffers WHERE id = ?",
+                    (buffer_id, '{"role":"tool","tool_call_id":"c1","content":"old"}',
+                     buffer_id))
+        raw.execute("UPDATE buffers SET count = count + 1, next_pos = next_pos + 1048576, "
+                    "pending = '{}' WHERE id = ?", (buffer_id,))
+    raw.close()
+    ran = _traced(store, KEY, "after the old writer")
+    assert any("WITH b" in sql for sql in ran)  # the view, read again
+    assert _append(store, _result("c1", "again")).appended == 0  # MEM-1: stored once
+    assert [m["content"] for m in store.read(KEY)[1] if m["role"] == "tool"] == ["old"]
+    store.close()
+
+
+def _append_to(store: SQLiteStore, key: StorageKey, text: str) -> None:
+    store.append(key, canonical_messages([_user(text)]), max_messages=None, lock_timeout=5.0)

@@ -72,6 +72,9 @@ _BLOCK_END: Final = (  # the last entry before the first non-result after the tu
 )
 _ROWS_EXPECTED: Final = (_REPLACE, SAVE)  # statements that must return exactly one row
 _SAVE_PENDING: Final = "UPDATE buffers SET count = ?, next_pos = ?, pending = ? WHERE id = ?"
+_SAVE_VERSIONED: Final = "UPDATE buffers SET count = ?, next_pos = ?, version = ? WHERE id = ?"
+_SAVE_PENDING_VERSIONED: Final = ("UPDATE buffers SET count = ?, next_pos = ?, pending = ?, "
+                                  "version = ? WHERE id = ?")
 _PENDING_AGAIN: Final = (  # after a window cut: a call's first declaration left, if unanswered
     "SELECT c.call_id, c.turn_pos, c.ord FROM calls AS c WHERE c.buffer_id = ? "
     "AND c.call_id IN ({marks}) AND c.turn_pos > ? "
@@ -133,7 +136,8 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
                max_messages: int | None, then: Then,
                save: str = SAVE,
                pending: PendingInRow | None = None,
-               added: list[tuple[int, str]] | None = None) -> Program[Applied]:
+               added: list[tuple[int, str]] | None = None,
+               version: int | None = None) -> Program[Applied]:
     """Execute ``plan``, the window and ``then``'s statements; returns ``(count, appended,
     rows of then's statements)``.
 
@@ -141,7 +145,8 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
     statement that stores the buffer row (:data:`SAVE` or :data:`SAVE_UNCHECKED`);
     ``pending``: the unanswered calls are kept in the row (:class:`PendingInRow`),
     not in the ``pending`` table. ``added`` receives ``(position, JSON text)`` of each
-    entry an :class:`~flowmem.plan.AddEntry` inserts, in order.
+    entry an :class:`~flowmem.plan.AddEntry` inserts, in order. ``version``: the buffer
+    row's new version (SQLite's ``buffers.version``; with :data:`SAVE_UNCHECKED` only).
     """
     queued: list[Statement] = []
     positions: dict[int, int] = {}
@@ -167,14 +172,26 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
     if max_messages is not None and count > max_messages:
         removed, queued = yield from evict(buffer_id, count - max_messages, queued, pending)
         count -= removed
-    if pending is not None and pending.changed:
-        queued.append((_SAVE_PENDING, (count, next_pos, pending.encode(), buffer_id)))
-    else:
-        queued.append((save, (count, next_pos, buffer_id)))
+    queued.append(_save(buffer_id, count, next_pos, save,
+                        pending.encode() if pending is not None and pending.changed else None,
+                        version))
     closing = then(count, appended)
     queued += closing
     answers = yield from _send(queued, final=True, check=check)
     return count, appended, answers[len(answers) - len(closing):]
+
+
+def _save(buffer_id: int, count: int, next_pos: int, save: str, pending: str | None,
+          version: int | None) -> Statement:
+    """The statement storing the buffer row: count, next position, and the unanswered
+    calls when they changed, the version when there is one."""
+    if version is None:
+        if pending is None:
+            return save, (count, next_pos, buffer_id)
+        return _SAVE_PENDING, (count, next_pos, pending, buffer_id)
+    if pending is None:
+        return _SAVE_VERSIONED, (count, next_pos, version, buffer_id)
+    return _SAVE_PENDING_VERSIONED, (count, next_pos, pending, version, buffer_id)
 
 
 def _send(statements: list[Statement], *, final: bool = False,

@@ -7,22 +7,27 @@ append. A connection that is the only writer of a buffer already knows all
 of it — it wrote it — so the SQLite store keeps, per connection, the whole
 view of its hot buffers and reads none of it on the common append.
 
-The copy is trusted only while no other connection has committed:
-``PRAGMA data_version`` (one statement, no table read) changes exactly when
-another connection, of this process or another, commits to the database
-file. It is read inside the append's ``BEGIN IMMEDIATE`` transaction, under
-the database's write lock, so nothing can commit between the check and the
-append's own ``COMMIT``. On a change every copy is dropped. A stale copy is
-therefore never planned against; the worst case costs a table read, never a
-wrong decision.
+The copy is trusted while no other connection has committed: ``PRAGMA
+data_version`` (one statement, no table read) changes exactly when another
+connection, of this process or another, commits to the database file. It is
+read inside the append's ``BEGIN IMMEDIATE`` transaction, under the
+database's write lock, so nothing can commit between the check and the
+append's own ``COMMIT``. After a change, a copy is checked against its own
+buffer's row before it is used: every change of a buffer gives the row a new
+``version`` (schema 5: flowmem's appends write a random one, and a trigger
+gives one to any other change of the row, an edit or an older flowmem's
+append), which the copy remembers from its own last write. One more
+statement when another connection committed, and the copy is kept when that
+commit touched other buffers (another ``--workers`` process's sessions); a
+copy whose buffer changed is dropped. A stale copy is therefore never
+planned against; the worst case costs a table read, never a wrong decision.
 
 Filling a copy reads the ids of the whole buffer (O(length), no bodies), so
 it is done only where it pays: a buffer this connection creates starts
 empty and complete; an existing buffer is filled after ``threshold``
-appends of this connection in a row with no foreign commit between them.
-Each time foreign commits throw filled copies away the threshold doubles (up
-to :data:`MAX_THRESHOLD`), so buffers shared by busy writers settle on the
-indexed read instead of refilling. Bounds: at most :data:`CAPACITY` buffers
+appends of this connection to it. Each time a copy is found stale the
+threshold doubles (up to :data:`MAX_THRESHOLD`), so buffers shared by busy
+writers settle on the indexed read instead of refilling. Bounds: at most :data:`CAPACITY` buffers
 per connection (least recently used first out), and a buffer longer than
 :data:`MAX_MESSAGES` is never copied.
 
@@ -79,6 +84,10 @@ class HotBuffer:
     pending: dict[str, PendingCall] = field(default_factory=dict)
     tail: Tail | None = None
     """The newest entries, ``(position, JSON text)`` oldest first; ``None``: unknown."""
+    version: int = 0
+    """The buffer row's version as this connection last wrote or read it."""
+    checked: int | None = None
+    """The ``data_version`` at which the copy was last known current."""
 
     def view(self) -> BufferView:
         """The live indexes as a view (the planner only reads them)."""
@@ -140,13 +149,18 @@ class HotBuffers:
         self._streaks: dict[Key, int] = {}
 
     def observe(self, data_version: int) -> None:
-        """Drop every copy when another connection committed since the last look."""
-        if data_version == self.version:
-            return
-        if self._buffers:
-            self.threshold = min(self.threshold * 2, MAX_THRESHOLD)
-        self.clear()
+        """Note the file's data version (read in the append's transaction): a copy checked
+        at another one must be checked against its buffer's row before use."""
         self.version = data_version
+
+    def current(self, buffer: HotBuffer) -> bool:
+        """Whether ``buffer`` is known current (no other connection committed since)."""
+        return buffer.checked == self.version
+
+    def stale(self, key: Key) -> None:
+        """``key``'s copy no longer matches its buffer: drop it, copy less eagerly."""
+        self.drop(key)
+        self.threshold = min(self.threshold * 2, MAX_THRESHOLD)
 
     def clear(self) -> None:
         """Forget everything (a failed or rolled-back transaction, a non-append write)."""

@@ -23,6 +23,7 @@ fifty-row page queued fifty waits on the connection thread; one row waits once.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -44,6 +45,7 @@ _BUFFER_ROW: Final = ("WITH b AS (SELECT id, count, next_pos, pending FROM buffe
                       "SELECT 3, id, count, next_pos FROM b "
                       "UNION ALL SELECT 4, pending, 0, 0 FROM b")
 _DATA_VERSION: Final = ("PRAGMA data_version", ())
+_VERSION: Final = "SELECT version FROM buffers WHERE id = ?"
 _ALL_RESULTS: Final = ("SELECT result_id, healed FROM messages "
                        "WHERE buffer_id = ? AND result_id IS NOT NULL")
 _ALL_CALLS: Final = "SELECT call_id FROM calls WHERE buffer_id = ?"
@@ -102,6 +104,13 @@ class SQLiteConversations(SQLConversations):
         names = (key.scope, key.scope_id, key.key)
         hot.observe(int((yield _DATA_VERSION)[0][0]))
         buffer = hot.get(names)
+        if buffer is not None and not hot.current(buffer):  # another connection committed
+            row = yield (_VERSION, (buffer.buffer_id,))
+            if row and int(row[0][0]) == buffer.version:
+                buffer.checked = hot.version  # the commit touched other buffers
+            else:
+                hot.stale(names)
+                buffer = None
         if buffer is None:
             opened, created = yield from self._indexed(key, incoming)
             buffer_id, count, next_pos, _ = opened
@@ -127,13 +136,15 @@ class SQLiteConversations(SQLConversations):
         self._applying = target[1] if target is not None and quiet else None
         self._tail_known = False
         added: list[tuple[int, str]] = []
+        version = random.getrandbits(62)  # every change of a buffer gives its row a new one
         # the row was read (or known hot) under this transaction's write lock: no check
         done = yield from apply_plan(buffer_id, count, next_pos, plan, max_messages, then,
-                                     SAVE_UNCHECKED, pending, added)
+                                     SAVE_UNCHECKED, pending, added, version)
         if target is not None and self.hot is not None:
             names, buffer = target
             if done[:2] == (count + plan.appended + plan.healed, plan.appended):
                 buffer.apply(plan, done[0], added)
+                buffer.version, buffer.checked = version, self.hot.version
             else:  # the window evicted (or a row was refused): read the view next time
                 self.hot.drop(names)
                 self._applying = None

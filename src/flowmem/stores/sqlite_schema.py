@@ -94,6 +94,14 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE buffers ADD COLUMN pending TEXT NOT NULL DEFAULT '{}';
     """,
+    # 5: a version per buffer, so a connection's copy of a buffer (stores/sqlite_hot.py)
+    # is checked against its own buffer's row, not dropped by any commit to the file.
+    # flowmem's appends set a new random version; the trigger (_versioned_rows) gives one
+    # to any other change of a row that leaves the version as it was — an edit, or a
+    # writer of an older flowmem still running on the file.
+    """
+    ALTER TABLE buffers ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 """Schema migrations; ``PRAGMA user_version`` is the number applied."""
 
@@ -109,7 +117,14 @@ def _pending_into_rows(conn: sqlite3.Connection) -> None:
     conn.execute("DROP TABLE pending")
 
 
-_AFTER: Final = {3: _pending_into_rows}
+def _versioned_rows(conn: sqlite3.Connection) -> None:
+    """Migration 5's trigger (one statement: its body holds a ``;``)."""
+    conn.execute("CREATE TRIGGER buffers_version AFTER UPDATE ON buffers "
+                 "WHEN NEW.version = OLD.version "
+                 "BEGIN UPDATE buffers SET version = random() WHERE id = NEW.id; END")
+
+
+_AFTER: Final = {3: _pending_into_rows, 4: _versioned_rows}
 """Python steps run after the SQL of a migration (by index in :data:`MIGRATIONS`)."""
 
 
