@@ -306,3 +306,16 @@ def test_a_history_page_takes_one_round_trip(counted: Counted) -> None:
     assert trips == 1
     empty, trips = counted.page(fresh_key())
     assert empty.messages == [] and empty.total == 0 and trips == 1
+
+
+def test_a_read_takes_one_round_trip(counted: Counted) -> None:
+    """A value, a conversation or nothing: ONE batch with BEGIN and COMMIT (the service
+    reads its changes record so, every wave of requests)."""
+    value, conversation = fresh_key(), fresh_key()
+    counted._call("write", value, {"v": 1})
+    counted.append(conversation, [user("a"), user("b")])
+    for key, expected in ((value, (True, {"v": 1})), (fresh_key(), (False, None)),
+                          (conversation, (True, canonical_messages([user("a"), user("b")])))):
+        before = counted.proxy.count()
+        assert counted._call("read", key) == expected
+        assert counted.proxy.count() - before == 1

@@ -52,6 +52,7 @@ from .sql_program import (
     T,
     adrive,
     decode,
+    decode_all,
     drive,
     encode,
     resumed,
@@ -141,14 +142,18 @@ class SQLConversations(Reads):
 
     # -- store operations: one program each, run inside one transaction ---------
     def read(self, key: StorageKey) -> Program[tuple[bool, Any]]:
-        rows = yield ("SELECT value FROM kv WHERE scope = ? AND scope_id = ? AND key = ?",
-                      (key.scope, key.scope_id, key.key))
-        if rows:
-            return True, decode(rows[0][0])
-        buffer_id = yield from self.buffer_id(key)
-        if buffer_id is None:
+        """The value, or the conversation's messages, in ONE batch (on PostgreSQL one round
+        trip with ``BEGIN`` and ``COMMIT``: the service reads its changes record so)."""
+        where = (key.scope, key.scope_id, key.key)
+        value, buffer, rows = yield Batch((
+            ("SELECT value FROM kv WHERE scope = ? AND scope_id = ? AND key = ?", where),
+            ("SELECT id FROM buffers WHERE scope = ? AND scope_id = ? AND key = ?", where),
+            self.page_statement(_BUFFER_ID, where, None, None)), final=True)
+        if value:
+            return True, decode(value[0][0])
+        if not buffer:
             return False, None
-        return True, (yield from self.messages(buffer_id))
+        return True, decode_all(self.page_from(rows, None).encoded or [])
 
     def write(self, key: StorageKey, text: str,
               idempotency: Idempotency | None = None) -> Program[None]:
