@@ -144,3 +144,23 @@ def test_the_route_label_is_the_template_starlette_matches() -> None:
             scope = {"type": "http", "path": path, "method": method, "root_path": ""}
             assert table.of(scope) == route_template(routes, scope), (method, path)
     world.close()
+
+
+def test_fastapi_opentelemetry_is_off_unless_asked_for() -> None:
+    """``Settings.otel`` (default off): FastAPI's own OpenTelemetry instrumentation, which
+    otherwise looks for a configured provider on every request. Where the installed
+    FastAPI has none (before 0.165), there is nothing to switch."""
+    import inspect
+
+    from fastapi import FastAPI
+
+    from flowmem import AsyncMemory
+    from flowmem.server import create_app
+
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return
+    memory = AsyncMemory.from_url("memory://")
+    quiet, traced = create_app(memory), create_app(memory, Settings(otel=True))
+    off = {"tracing": False, "metrics": False, "logs": False}
+    assert {name: quiet._telemetry[name] for name in off} == off  # type: ignore[attr-defined]
+    assert traced._telemetry["tracing"] is True  # type: ignore[attr-defined]

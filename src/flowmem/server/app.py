@@ -12,6 +12,7 @@ every refusal carries a code of :data:`~.responses.ERROR_CODES` (API-8).
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -187,6 +188,14 @@ def _openapi(app: FastAPI, settings: Settings) -> dict[str, Any]:
     return schema
 
 
+def _telemetry(otel: bool) -> dict[str, Any]:
+    """FastAPI's own OpenTelemetry instrumentation off unless asked for (``Settings.otel``),
+    on a FastAPI that has it (0.165 and later)."""
+    if otel or "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    return {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+
+
 def create_app(memory: AsyncMemory, settings: Settings | None = None, *,
                owns_memory: bool = False) -> FastAPI:
     """The ASGI app serving ``memory`` (see the module notes and ``docs/http.md``).
@@ -210,7 +219,7 @@ def create_app(memory: AsyncMemory, settings: Settings | None = None, *,
     app = FastAPI(title="flowmem", version=__version__, docs_url=None, redoc_url=None,
                   default_response_class=AsciiJSONResponse, responses=ERROR_RESPONSES,
                   dependencies=[Depends(strict_query)], redirect_slashes=False,
-                  lifespan=lifespan)
+                  lifespan=lifespan, **_telemetry(settings.otel))
     changes = Changes(memory.store)
     app.state.flowmem = ServerState(memory=memory, tokens=TokenBackend(memory.store, changes),
                                     sessions=SessionRegistry(memory.store, changes),

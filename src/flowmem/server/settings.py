@@ -30,7 +30,11 @@ class Settings:
     in bursts of ``burst`` (``0``: no limit). ``metrics_public``: ``GET /metrics``
     answers without a token (else it needs an admin token). ``fast_turns``: a
     well-formed append turn is served without FastAPI's per-request plumbing
-    (:mod:`.fastpath`; the same functions, the same answers).
+    (:mod:`.fastpath`; the same functions, the same answers). ``otel``:
+    FastAPI's own OpenTelemetry instrumentation (FastAPI 0.165 and later: traces,
+    metrics and logs through an OpenTelemetry provider the process configured);
+    off by default — the service counts itself on ``GET /metrics`` — because
+    FastAPI looks for a configured provider on every request (about 11 µs).
     """
 
     limits: Limits = field(default_factory=Limits)
@@ -46,3 +50,4 @@ class Settings:
     burst: int = 100
     metrics_public: bool = False
     fast_turns: bool = True
+    otel: bool = False
