@@ -33,7 +33,7 @@ from ..pages import UNPARSED
 from ..plan import AppendPlan, BufferView, PendingCall
 from ..scopes import StorageKey
 from ..store import HistoryPage
-from .sql import Program, SQLConversations, view_from, view_parts
+from .sql import Program, SQLConversations, decode, view_from, view_parts
 from .sql_apply import SAVE_UNCHECKED, Applied, PendingInRow, Then, apply_plan
 from .sql_program import Rows, Statement
 from .sqlite_hot import HotBuffer, HotBuffers
@@ -199,6 +199,19 @@ class SQLiteConversations(SQLConversations):
                          {call: bool(healed) for call, healed in results},
                          {row[0] for row in calls},
                          {p.call_id: p for p in _pending_calls(PendingInRow.decode(text))})
+
+    def read(self, key: StorageKey) -> Program[tuple[bool, Any]]:
+        """The value, else the conversation: one statement when the key holds a value
+        (SQLite pays per statement, not per round trip; the service reads its changes
+        record so on every wave of requests)."""
+        where = (key.scope, key.scope_id, key.key)
+        rows = yield ("SELECT value FROM kv WHERE scope = ? AND scope_id = ? AND key = ?", where)
+        if rows:
+            return True, decode(rows[0][0])
+        buffer_id = yield from self.buffer_id(key)
+        if buffer_id is None:
+            return False, None
+        return True, (yield from self.messages(buffer_id))
 
     @staticmethod
     def messages(buffer_id: int) -> Program[list[Message]]:
