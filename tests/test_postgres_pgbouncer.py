@@ -22,8 +22,8 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import time
 import threading
+import time
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit
 

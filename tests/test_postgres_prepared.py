@@ -107,6 +107,19 @@ def test_the_least_recently_used_is_evicted_and_deallocated_next() -> None:
     assert both is not None and _kinds(both.statements) == ["PREPARE", "EXECUTE", "SELECT"]
 
 
+def test_a_round_trip_with_large_values_prepares_nothing_new() -> None:
+    """PostgreSQL keeps a PREPARE's whole query string, values and all: a round trip whose
+    text values pass LARGE prepares nothing, but executes what is already prepared."""
+    from flowmem.stores.postgres_prepared import LARGE, Statements, Switch
+
+    cache, switch = Statements(threshold=1, capacity=8), Switch(True)
+    small, insert = ("SELECT a FROM t WHERE b = ?", ("x",)), "INSERT INTO t VALUES (?)"
+    cache.settle(sent := cache.plan([small], switch), 2)  # type: ignore[arg-type]
+    assert sent is not None and _kinds(sent.statements) == ["PREPARE", "EXECUTE"]
+    large = cache.plan([small, (insert, ("y" * (LARGE + 1),))], switch)
+    assert large is not None and _kinds(large.statements) == ["EXECUTE", "INSERT"]
+
+
 # -- on the server -----------------------------------------------------------------------
 class Face:
     """One face of a store on ONE pooled connection, with a look at that connection."""

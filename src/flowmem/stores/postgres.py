@@ -8,7 +8,7 @@ when the store opens.
 
 URL options (the rest of the query string goes to libpq, e.g. ``sslmode``)::
 
-    postgresql://user@host:5432/db?schema=flowmem&pool_max=10&pool_timeout=5&statement_timeout=5
+    postgresql://user@host:5432/db?schema=flowmem&pool_max=10&statement_timeout=5&prepared=true
 
 ``schema``
     The schema holding flowmem's tables (default ``flowmem``).
@@ -21,6 +21,11 @@ URL options (the rest of the query string goes to libpq, e.g. ``sslmode``)::
     Seconds (default 5; ``0`` turns it off): set as ``SET LOCAL
     statement_timeout`` in every transaction's first round trip, and the
     basis of the client's deadline (below).
+``prepared``
+    ``true`` (default) or ``false``: send a statement a connection has sent
+    before as a server-side prepared statement
+    (:mod:`flowmem.stores.postgres_prepared`). ``false`` behind a
+    transaction-pooling proxy (below).
 
 libpq parameters flowmem sets unless the URL does: ``connect_timeout=5``
 (or ``PGCONNECT_TIMEOUT``), ``keepalives=1``, ``keepalives_idle=5``,
@@ -49,9 +54,11 @@ Round trips: every step of a program (a statement, or a
 bound on the client, as psycopg's ``ClientCursor`` binds them
 (:mod:`flowmem.stores.postgres_binding`; as psycopg2 always did: a failed
 statement in the server's log, or ``pg_stat_activity``, shows them), and sent
-in the simple protocol: nothing is prepared, PostgreSQL parses and plans each
-statement (measured: preparing them saves no server CPU that shows, and
-psycopg's pipeline mode costs more client CPU than it saves).
+in the simple protocol (psycopg's pipeline mode costs more client CPU than
+it saves). With ``prepared=true`` a statement the connection has sent before
+goes as ``EXECUTE`` of a statement prepared on that connection, the values
+bound the same way (:mod:`flowmem.stores.postgres_prepared`): PostgreSQL
+parses and plans it once per connection instead of on every turn.
 The first step also carries ``BEGIN``, the search path, the timeouts and, for
 a writer, the MEM-12 lock; a final batch also carries ``COMMIT``. So the
 common append — an existing conversation, no window — is two round trips:
@@ -60,10 +67,14 @@ the whole plan, the row's update and ``COMMIT``
 (:mod:`flowmem.stores.sql_apply`). A new conversation takes one more,
 healing one more per healed turn (MEM-3), a window that evicts one more.
 
-Transaction pooling (pgbouncer ``pool_mode = transaction``) works: no
-statement is prepared (``prepare_threshold=None``) and no session state is
-set — the search path and the timeouts are ``SET LOCAL``, the MEM-12 lock is
-transaction-level.
+Transaction pooling (pgbouncer ``pool_mode = transaction``) works with
+``prepared=false``: no statement is prepared (psycopg's
+``prepare_threshold=None`` too) and no session state is set — the search
+path and the timeouts are ``SET LOCAL``, the MEM-12 lock is
+transaction-level. Left on there, the first statement that meets a server
+session without it turns prepared statements off for the store (one
+warning) and its transaction runs again, unprepared
+(:class:`~flowmem.stores.postgres_prepared.Replay`).
 
 MEM-12: an append sets ``lock_timeout`` to its bounded wait and takes
 ``pg_advisory_xact_lock`` on a 64-bit hash of (schema, scope, scope id, key),

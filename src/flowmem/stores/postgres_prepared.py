@@ -10,7 +10,9 @@ The rules (URL option ``prepared``, default on; :class:`Switch`):
 - a statement with parameters whose text this connection has sent before
   (:data:`THRESHOLD` times in all) is sent as ``EXECUTE name(<values>)``;
   the first time, ``PREPARE name AS <text with $1..$k>`` goes just before it,
-  in the same query string. Statements with no parameters — ``BEGIN``, the
+  in the same query string — unless the round trip's text values are
+  :data:`LARGE` (PostgreSQL keeps a ``PREPARE``'s whole query string).
+  Statements with no parameters — ``BEGIN``, the
   settings, the MEM-12 lock, ``COMMIT``, a round trip of only such statements
   — are sent as they are. The values are bound as before
   (:mod:`flowmem.stores.postgres_binding`): the quoting does not change;
@@ -74,6 +76,10 @@ THRESHOLD: Final = 2
 idea: a text sent once is not worth a ``PREPARE``)."""
 CAPACITY: Final = 256
 """Prepared statements kept per connection (and texts counted towards :data:`THRESHOLD`)."""
+LARGE: Final = 8192
+"""Characters of text values above which a round trip prepares nothing new: PostgreSQL
+keeps the WHOLE query string a ``PREPARE`` came in with, values included, as long as the
+statement lives (measured: a 1 MB value, 1 MB kept per statement prepared with it)."""
 MISMATCH: Final = frozenset({"26000", "42P05"})  # invalid_sql_statement_name, duplicate
 UNINFERRED: Final = frozenset({"42P18", "42P08", "42725"})  # indeterminate, ambiguous types
 
@@ -145,8 +151,10 @@ class Statements:
             out.append((f"DEALLOCATE {evicted}", ()))
         self.evicted = []
         used: set[str] = set()
+        refused = switch.refused
+        small = _size(statements) <= LARGE  # else nothing new: what is prepared executes
         for text, params in statements:
-            name, fresh = (self._name(text, params, used, switch.refused) if params
+            name, fresh = (self._name(text, params, used, refused, small) if params
                            else (None, False))
             if name is None:
                 sending.kept.append(len(out))
@@ -162,7 +170,7 @@ class Statements:
         return sending
 
     def _name(self, text: str, params: Sequence[object], used: set[str],
-              refused: frozenset[str]) -> tuple[str | None, bool]:
+              refused: frozenset[str], small: bool) -> tuple[str | None, bool]:
         """The name ``text`` is executed under (``None``: sent as text) and whether it is
         new (to be prepared first; kept in :attr:`names` unless :meth:`settle` learns the
         ``PREPARE`` did not run)."""
@@ -170,8 +178,8 @@ class Statements:
         if name is not None:
             self.names.move_to_end(text)
             return name, False
-        if text in refused or text.count("?") != len(params):
-            return None, False  # a miscounted statement: the binding says what is wrong
+        if not small or text in refused or text.count("?") != len(params):
+            return None, False  # (a miscounted statement: the binding says what is wrong)
         sends = self.seen.pop(text, 0) + 1
         if sends < self.threshold:
             self.seen[text] = sends
@@ -228,6 +236,11 @@ def answer(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], results
             raise Replay(f"PostgreSQL could not prepare a statement ({state}): {error}") from error
     rows = rows_of(conn, results)
     return [*rows[:count], *(rows[count + position] for position in sending.kept)]
+
+
+def _size(statements: Sequence[Statement]) -> int:
+    return sum(len(value) for _, params in statements for value in params
+               if isinstance(value, str | bytes))
 
 
 def _numbered(text: str) -> str:
