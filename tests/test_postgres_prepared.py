@@ -57,7 +57,7 @@ def test_a_text_is_prepared_the_second_time_then_only_executed() -> None:
     cache.settle(first, 1)
     second = cache.plan([select, select], switch)  # once prepared, executed twice
     assert second is not None and _kinds(second.statements) == ["PREPARE", "EXECUTE", "EXECUTE"]
-    name = cache.names[select[0]]
+    name = cache.names[select[0]][0]
     assert second.statements[0][0] == f"PREPARE {name} AS SELECT a FROM t WHERE b = $1 AND c = $2"
     assert second.statements[1] == (f"EXECUTE {name}(?, ?)", ("x", 1))
     assert second.kept == [1, 2]
@@ -93,7 +93,7 @@ def test_the_least_recently_used_is_evicted_and_deallocated_next() -> None:
     texts = [(f"SELECT {n} WHERE ? > 0", (1,)) for n in range(3)]
     for text in texts[:2]:
         cache.settle(sent := cache.plan([text], switch), len(sent.statements))  # type: ignore[union-attr, arg-type]
-    oldest = cache.names[texts[0][0]]
+    oldest = cache.names[texts[0][0]][0]
     third = cache.plan([texts[2]], switch)
     assert third is not None and _kinds(third.statements) == ["PREPARE", "EXECUTE"]
     assert cache.evicted == [oldest]
@@ -169,7 +169,8 @@ class Face:
         return dict(self.on_connection(fetch))
 
     def client_names(self) -> set[str]:
-        return set(self.on_connection(lambda conn: list(conn.statements.names.values())))
+        return set(self.on_connection(
+            lambda conn: [name for name, _ in conn.statements.names.values()]))
 
     def close(self) -> None:
         if self.loop:
@@ -280,7 +281,7 @@ def test_a_statement_the_session_lacks_turns_preparing_off_and_reruns_the_append
         face.append(key, f"turn {turn}")
 
     def drop_last_step(conn: Any) -> Any:
-        names = [name for text, name in conn.statements.names.items()
+        names = [name for text, (name, _) in conn.statements.names.items()
                  if text.startswith(("INSERT INTO messages", "UPDATE buffers"))]
         assert names
         sql = "; ".join(f"DEALLOCATE {name}" for name in names)

@@ -52,7 +52,6 @@ import secrets
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..errors import MissingDependency, StoreError
@@ -114,18 +113,28 @@ class Switch:
             self.refused = self.refused | {text}
 
 
-@dataclass(slots=True)
 class Sending:
     """One round trip as rewritten by :meth:`Statements.plan`."""
 
-    statements: list[Statement] = field(default_factory=list)
-    kept: list[int] = field(default_factory=list)
-    """Where each of the caller's statements is in :attr:`statements`."""
-    prepares: dict[int, tuple[str, str]] = field(default_factory=dict)
-    """Position of each ``PREPARE``: (text, name)."""
-    deallocates: dict[int, str] = field(default_factory=dict)
-    """Position of each ``DEALLOCATE``: name."""
-    executes: set[int] = field(default_factory=set)
+    __slots__ = ("deallocates", "executes", "kept", "prepares", "statements")
+
+    def __init__(self, statements: list[Statement], kept: list[int],
+                 prepares: dict[int, tuple[str, str]], deallocates: dict[int, str],
+                 executes: frozenset[int] | set[int]) -> None:
+        self.statements = statements
+        self.kept = kept
+        """Where each of the caller's statements is in :attr:`statements`."""
+        self.prepares = prepares
+        """Position of each ``PREPARE``: (text, name)."""
+        self.deallocates = deallocates
+        """Position of each ``DEALLOCATE``: name."""
+        self.executes = executes
+        """Position of each ``EXECUTE``."""
+
+    def ours(self, position: int) -> bool:
+        """Whether the statement at ``position`` is one this layer added or rewrote."""
+        return (position in self.executes or position in self.prepares
+                or position in self.deallocates)
 
 
 class Statements:
@@ -136,7 +145,8 @@ class Statements:
         self.capacity = CAPACITY if capacity is None else capacity
         self.prefix = f"fm_{secrets.token_hex(8)}_"
         self.serial = 0
-        self.names: OrderedDict[str, str] = OrderedDict()  # text -> name, least recent first
+        self.names: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        """Text -> (name, its ``EXECUTE`` with ``?`` for the values), least recent first."""
         self.seen: OrderedDict[str, int] = OrderedDict()  # texts not prepared: sends so far
         self.evicted: list[str] = []  # names to DEALLOCATE
 
@@ -144,68 +154,72 @@ class Statements:
         """``statements`` as they are to be sent on this connection (``None``: unchanged)."""
         if not switch.on or not any(params for _, params in statements):
             return None
-        sending = Sending()
-        out = sending.statements
+        out: list[Statement] = []
+        prepares: dict[int, tuple[str, str]] = {}
+        deallocates: dict[int, str] = {}
         for evicted in self.evicted:
-            sending.deallocates[len(out)] = evicted
+            deallocates[len(out)] = evicted
             out.append((f"DEALLOCATE {evicted}", ()))
         self.evicted = []
+        kept: list[int] = []
+        executes: set[int] = set()
         used: set[str] = set()
-        refused = switch.refused
-        small = _size(statements) <= LARGE  # else nothing new: what is prepared executes
+        names = self.names
         for text, params in statements:
-            name, fresh = (self._name(text, params, used, refused, small) if params
-                           else (None, False))
-            if name is None:
-                sending.kept.append(len(out))
+            entry = names.get(text) if params else None
+            if entry is not None:
+                names.move_to_end(text)
+            elif params:
+                entry = self._new(text, params, used, switch.refused, statements)
+                if entry is not None:
+                    prepares[len(out)] = (text, entry[0])
+                    out.append((f"PREPARE {entry[0]} AS {_numbered(text)}", ()))
+            if entry is None:
+                kept.append(len(out))
                 out.append((text, params))
                 continue
-            if fresh:
-                sending.prepares[len(out)] = (text, name)
-                out.append((f"PREPARE {name} AS {_numbered(text)}", ()))
             used.add(text)
-            sending.executes.add(len(out))
-            sending.kept.append(len(out))
-            out.append((f"EXECUTE {name}({', '.join('?' * len(params))})", params))
-        return sending
+            executes.add(len(out))
+            kept.append(len(out))
+            out.append((entry[1], params))
+        return Sending(out, kept, prepares, deallocates, executes)
 
-    def _name(self, text: str, params: Sequence[object], used: set[str],
-              refused: frozenset[str], small: bool) -> tuple[str | None, bool]:
-        """The name ``text`` is executed under (``None``: sent as text) and whether it is
-        new (to be prepared first; kept in :attr:`names` unless :meth:`settle` learns the
-        ``PREPARE`` did not run)."""
-        name = self.names.get(text)
-        if name is not None:
-            self.names.move_to_end(text)
-            return name, False
-        if not small or text in refused or text.count("?") != len(params):
-            return None, False  # (a miscounted statement: the binding says what is wrong)
+    def _new(self, text: str, params: Sequence[object], used: set[str],
+             refused: frozenset[str], statements: Sequence[Statement]) -> tuple[str, str] | None:
+        """A name and ``EXECUTE`` for ``text`` if it is to be prepared now (kept in
+        :attr:`names` unless :meth:`settle` learns the ``PREPARE`` did not run), else
+        ``None``: sent as text."""
+        if text in refused or text.count("?") != len(params):
+            return None  # (a miscounted statement: the binding says what is wrong)
         sends = self.seen.pop(text, 0) + 1
-        if sends < self.threshold:
+        if sends < self.threshold or _size(statements) > LARGE:
             self.seen[text] = sends
             if len(self.seen) > self.capacity:
                 self.seen.popitem(last=False)
-            return None, False
+            return None
         if len(self.names) >= self.capacity:
             oldest = next(iter(self.names))
             if oldest in used:
-                return None, False  # the cache holds only this round trip's statements
-            self.evicted.append(self.names.pop(oldest))
+                self.seen[text] = sends
+                return None  # the cache holds only this round trip's statements
+            self.evicted.append(self.names.pop(oldest)[0])
         self.serial += 1
-        self.names[text] = name = f"{self.prefix}{self.serial}"
-        return name, True
+        name = f"{self.prefix}{self.serial}"
+        entry = self.names[text] = (name, f"EXECUTE {name}({', '.join('?' * len(params))})")
+        return entry
 
     def settle(self, sending: Sending, ran: int | None) -> None:
         """Learn what the session holds: the first ``ran`` statements of ``sending`` ran,
         the rest did not (``None``: no answer came; a ``PREPARE`` then counts as not run,
         a ``DEALLOCATE`` as run)."""
         for position, (text, name) in sending.prepares.items():
-            if (ran is None or position >= ran) and self.names.get(text) == name:
-                del self.names[text]
-        if ran is not None:
+            if ran is None or position >= ran:
+                entry = self.names.get(text)
+                if entry is not None and entry[0] == name:
+                    del self.names[text]
+        if ran is not None and sending.deallocates:
             self.evicted += [name for position, name in sending.deallocates.items()
                              if position >= ran]
-
 
 
 def answer(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], results: Sequence[Any],
@@ -221,8 +235,7 @@ def answer(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], results
     failed = bool(results) and results[-1].status == ExecStatus.FATAL_ERROR
     ran = len(results) - count - failed
     cache.settle(sending, max(ran, 0))
-    if failed and (ran in sending.prepares or ran in sending.executes
-                   or ran in sending.deallocates):
+    if failed and sending.ours(ran):
         error = pg_errors.error_from_result(results[-1], encoding=conn.info.encoding)
         state = error.sqlstate or ""
         if state in MISMATCH:
