@@ -12,10 +12,10 @@ The rules (URL option ``prepared``, default on; :class:`Switch`):
   the first time, ``PREPARE name AS <text with $1..$k>`` goes just before it,
   in the same query string — unless the round trip's text values are
   :data:`LARGE` (PostgreSQL keeps a ``PREPARE``'s whole query string).
-  Statements with no parameters — ``BEGIN``, the
-  settings, the MEM-12 lock, ``COMMIT``, a round trip of only such statements
-  — are sent as they are. The values are bound as before
-  (:mod:`flowmem.stores.postgres_binding`): the quoting does not change;
+  Statements with no parameters — ``BEGIN``, the settings, the MEM-12 lock,
+  ``COMMIT``, a round trip of only such statements — are sent as they are.
+  The values are bound as before (:mod:`flowmem.stores.postgres_binding`):
+  the quoting does not change;
 - the cache (:class:`Statements`) belongs to ONE physical connection (an
   attribute of the connection object): a new or replaced connection starts
   empty, a connection thrown away takes its cache along. It holds at most
@@ -32,7 +32,7 @@ The rules (URL option ``prepared``, default on; :class:`Switch`):
   ``PREPARE`` in flight counts as not run and a ``DEALLOCATE`` as run: at worst
   an unused statement is left in the session, never a name used that is not;
 - an error AT one of these statements is this layer's, not the program's
-  (:class:`Replay`; the faces then run the transaction once more, unprepared):
+  (:class:`Replay`; the faces then run the transaction once more, without it):
   SQLSTATE 26000 (no such prepared statement) or 42P05 (already exists) means
   the session's statements are not what this client thinks — a
   transaction-pooling proxy such as pgbouncer ``pool_mode = transaction``
@@ -85,8 +85,8 @@ UNINFERRED: Final = frozenset({"42P18", "42P08", "42725"})  # indeterminate, amb
 
 class Replay(StoreError):
     """An error of a ``PREPARE``/``EXECUTE``/``DEALLOCATE`` this layer added: the
-    transaction was aborted, nothing of it committed; run it once more (it is then
-    sent unprepared)."""
+    transaction was aborted, nothing of it committed; run it once more (what failed is
+    then sent as text)."""
 
 
 class Switch:
