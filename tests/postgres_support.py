@@ -34,7 +34,7 @@ def admin() -> psycopg.Connection[tuple[Any, ...]]:
     parts = urlsplit(POSTGRES_URL)
     plain = [(k, v) for k, v in parse_qsl(parts.query)
              if k not in ("schema", "pool_min", "pool_max", "pool_timeout",
-                          "statement_timeout")]
+                          "statement_timeout", "prepared")]
     return psycopg.connect(urlunsplit((parts.scheme, parts.netloc, parts.path,
                                        urlencode(plain), "")), autocommit=True)
 

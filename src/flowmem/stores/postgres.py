@@ -8,7 +8,7 @@ when the store opens.
 
 URL options (the rest of the query string goes to libpq, e.g. ``sslmode``)::
 
-    postgresql://user@host:5432/db?schema=flowmem&pool_max=10&pool_timeout=5&statement_timeout=5
+    postgresql://user@host:5432/db?schema=flowmem&pool_max=10&statement_timeout=5&prepared=true
 
 ``schema``
     The schema holding flowmem's tables (default ``flowmem``).
@@ -21,6 +21,11 @@ URL options (the rest of the query string goes to libpq, e.g. ``sslmode``)::
     Seconds (default 5; ``0`` turns it off): set as ``SET LOCAL
     statement_timeout`` in every transaction's first round trip, and the
     basis of the client's deadline (below).
+``prepared``
+    ``true`` (default) or ``false``: send a statement a connection has sent
+    before as a server-side prepared statement
+    (:mod:`flowmem.stores.postgres_prepared`). ``false`` behind a
+    transaction-pooling proxy (below).
 
 libpq parameters flowmem sets unless the URL does: ``connect_timeout=5``
 (or ``PGCONNECT_TIMEOUT``), ``keepalives=1``, ``keepalives_idle=5``,
@@ -49,9 +54,11 @@ Round trips: every step of a program (a statement, or a
 bound on the client, as psycopg's ``ClientCursor`` binds them
 (:mod:`flowmem.stores.postgres_binding`; as psycopg2 always did: a failed
 statement in the server's log, or ``pg_stat_activity``, shows them), and sent
-in the simple protocol: nothing is prepared, PostgreSQL parses and plans each
-statement (measured: preparing them saves no server CPU that shows, and
-psycopg's pipeline mode costs more client CPU than it saves).
+in the simple protocol (psycopg's pipeline mode costs more client CPU than
+it saves). With ``prepared=true`` a statement the connection has sent before
+goes as ``EXECUTE`` of a statement prepared on that connection, the values
+bound the same way (:mod:`flowmem.stores.postgres_prepared`): PostgreSQL
+parses and plans it once per connection instead of on every turn.
 The first step also carries ``BEGIN``, the search path, the timeouts and, for
 a writer, the MEM-12 lock; a final batch also carries ``COMMIT``. So the
 common append — an existing conversation, no window — is two round trips:
@@ -60,10 +67,14 @@ the whole plan, the row's update and ``COMMIT``
 (:mod:`flowmem.stores.sql_apply`). A new conversation takes one more,
 healing one more per healed turn (MEM-3), a window that evicts one more.
 
-Transaction pooling (pgbouncer ``pool_mode = transaction``) works: no
-statement is prepared (``prepare_threshold=None``) and no session state is
-set — the search path and the timeouts are ``SET LOCAL``, the MEM-12 lock is
-transaction-level.
+Transaction pooling (pgbouncer ``pool_mode = transaction``) works with
+``prepared=false``: no statement is prepared (psycopg's
+``prepare_threshold=None`` too) and no session state is set — the search
+path and the timeouts are ``SET LOCAL``, the MEM-12 lock is
+transaction-level. Left on there, the first statement that meets a server
+session without it turns prepared statements off for the store (one
+warning) and its transaction runs again, unprepared
+(:class:`~flowmem.stores.postgres_prepared.Replay`).
 
 MEM-12: an append sets ``lock_timeout`` to its bounded wait and takes
 ``pg_advisory_xact_lock`` on a 64-bit hash of (schema, scope, scope id, key),
@@ -99,7 +110,7 @@ SQL programs (:mod:`flowmem.stores.sql`) and the same first round trip
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import replace
 from typing import Any
@@ -132,9 +143,9 @@ from .postgres_common import (
     broken,
     connect_kwargs,
     mapped,
-    rows_of,
     unserialized,
 )
+from .postgres_prepared import Replay, Statements, Switch, answer
 from .postgres_schema import MIGRATIONS, migrate, quoted_schema, stored_version
 from .postgres_watchdog import Deadline, arm, disarm
 from .sql_program import Batch, Program, Rows, Statement, T, drive, encode
@@ -142,23 +153,36 @@ from .sql_program import Batch, Program, Rows, Statement, T, drive, encode
 __all__ = ["PostgresStore", "advisory_key", "setup"]
 
 Row = tuple[Any, ...]
-Connection = psycopg.Connection[Row]
-Cursor = psycopg.Cursor[Row]
 
 
-def _send(conn: Connection, statements: Sequence[Statement],
+class Connection(psycopg.Connection[Row]):
+    """A pooled connection and its prepared statements: they live and die together."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.statements = Statements()
+
+
+def _send(conn: Connection, switch: Switch, statements: Sequence[Statement],
           head: Begin | None = None) -> list[Rows]:
-    """Run ``head`` and ``statements`` in one round trip; the rows of each.
+    """Run ``head`` and ``statements`` in one round trip (prepared where ``switch`` and
+    the connection's cache say so); the rows of each.
 
     Sent on the connection's own protocol handle, not through a cursor: a cursor's
     per-result bookkeeping (descriptions, row makers, the prepared-statement cache)
     cost more client CPU than the round trip's I/O.
     """
-    sql = bound(conn, statements, head)
-    with conn.lock:
-        conn.pgconn.send_query(sql)
-        results = conn.wait(execute(conn.pgconn))
-    return rows_of(conn, results)
+    sending = conn.statements.plan(statements, switch)
+    sql = bound(conn, statements if sending is None else sending.statements, head)
+    try:
+        with conn.lock:
+            conn.pgconn.send_query(sql)
+            results = conn.wait(execute(conn.pgconn))
+    except BaseException:
+        if sending is not None:
+            conn.statements.settle(sending, None)
+        raise
+    return answer(conn, results, head, sending, conn.statements, switch)
 
 
 def setup(options: PostgresOptions) -> None:
@@ -196,17 +220,19 @@ class PostgresStore:
 
     def __init__(self, conninfo: str, *, schema: str = "flowmem", pool_min: int = 1,
                  pool_max: int = 10, pool_timeout: float = 5.0,
-                 statement_timeout: float = 5.0) -> None:
+                 statement_timeout: float = 5.0, prepared: bool = True) -> None:
         self._init(PostgresOptions(conninfo, schema, pool_min, pool_max, pool_timeout,
-                                   statement_timeout))
+                                   statement_timeout, prepared))
 
     def _init(self, options: PostgresOptions) -> None:
         self.schema = options.schema
         self._options = options
         self._ident = quoted_schema(options.schema)
+        self._switch = Switch(options.prepared)
         setup(options)
         self._pool: ConnectionPool[Connection] = ConnectionPool(
-            options.conninfo, kwargs=connect_kwargs(options.conninfo),
+            options.conninfo, connection_class=Connection,
+            kwargs=connect_kwargs(options.conninfo),
             min_size=options.pool_min, max_size=options.pool_max,
             timeout=options.pool_timeout, open=True, name=f"flowmem-{options.schema}")
 
@@ -290,41 +316,62 @@ class PostgresStore:
         assert tx.conn is not None
         self._give_back(tx.conn, tx.deadline, failed=False)
 
-    def _run(self, program: Program[T], *, read_only: bool = False,
-             lock: tuple[StorageKey, float] | None = None) -> T:
+    def _run(self, program: Callable[[], Program[T]], *, read_only: bool = False,
+             lock: tuple[StorageKey, float] | None = None) -> tuple[T, bool]:
+        """Run the program ``program()`` makes in one transaction; its value and whether
+        the transaction was serialized (MEM-12).
+
+        Run once more — the only retry of a whole transaction — after a
+        :class:`~flowmem.stores.postgres_prepared.Replay`: a statement the
+        prepared-statement layer added failed, which aborted the transaction
+        before its ``COMMIT`` (nothing of it is stored), and that layer now sends
+        it unprepared.
+        """
+        try:
+            return self._once(program, read_only, lock)
+        except Replay:
+            return self._once(program, read_only, lock)
+
+    def _once(self, program: Callable[[], Program[T]], read_only: bool,
+              lock: tuple[StorageKey, float] | None) -> tuple[T, bool]:
         with self._transaction(read_only=read_only, lock=lock) as tx:
-            return drive(program, tx.execute, tx.batch)
+            value = drive(program(), tx.execute, tx.batch)
+        return value, tx.serialized
 
     # -- the Store protocol ------------------------------------------------------
     def read(self, key: StorageKey) -> tuple[bool, Any]:
-        return self._run(SQL.read(key), read_only=True)
+        return self._run(lambda: SQL.read(key), read_only=True)[0]
 
     def write(self, key: StorageKey, value: Any, *,
               idempotency: Idempotency | None = None) -> None:
-        self._run(SQL.write(key, encode(value), idempotency), lock=(key, WRITE_LOCK_TIMEOUT))
+        body = encode(value)
+        self._run(lambda: SQL.write(key, body, idempotency), lock=(key, WRITE_LOCK_TIMEOUT))
 
     def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
-        return self._run(SQL.delete(key, idempotency), lock=(key, WRITE_LOCK_TIMEOUT))
+        return self._run(lambda: SQL.delete(key, idempotency),
+                         lock=(key, WRITE_LOCK_TIMEOUT))[0]
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
                idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
-        with self._transaction(lock=(key, lock_timeout)) as tx:
-            # MEM-12: whether the lock was had is known once the first step ran
-            program = SQL.append(key, incoming, max_messages, True, idempotency, tail)
-            outcome = drive(program, tx.execute, tx.batch)
-        return outcome if tx.serialized else replace(outcome, serialized=False)
+        # MEM-12: whether the lock was had is known once the first step ran
+        outcome, serialized = self._run(
+            lambda: SQL.append(key, incoming, max_messages, True, idempotency, tail),
+            lock=(key, lock_timeout))
+        return outcome if serialized else replace(outcome, serialized=False)
 
     def history(self, key: StorageKey, *, last: int | None = None,
                 before: int | None = None) -> HistoryPage:
-        return self._run(SQL.history(key, last, before), read_only=True)
+        return self._run(lambda: SQL.history(key, last, before), read_only=True)[0]
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
-        return self._run(SQL.edit(key, position, message), lock=(key, EDIT_LOCK_TIMEOUT))
+        return self._run(lambda: SQL.edit(key, position, message),
+                         lock=(key, EDIT_LOCK_TIMEOUT))[0]
 
     def keys(self, scope: str, scope_id: str, *, prefix: str = "",
              after: str | None = None, limit: int = 100) -> list[str]:
-        return self._run(SQL.keys(scope, scope_id, prefix, after, limit), read_only=True)
+        return self._run(lambda: SQL.keys(scope, scope_id, prefix, after, limit),
+                         read_only=True)[0]
 
     def lock(self, key: StorageKey, timeout: float) -> AbstractContextManager[bool]:
         """Hold ``key``'s advisory lock in a transaction of its own while the block runs."""
@@ -370,24 +417,24 @@ class _Transaction(TransactionState):
         if self.conn is None:
             rows = self.store._connect(self, statements)
         else:
-            rows = _send(self.conn, statements)
+            rows = _send(self.conn, self.store._switch, statements)
         self.committed = batch.final
         return rows[:len(batch.statements)]
 
     def first(self, conn: Connection, statements: Sequence[Statement]) -> list[Rows]:
         """The first round trip on ``conn``: :attr:`begin`, then ``statements``."""
-        opening = self.begin
+        opening, switch = self.begin, self.store._switch
         try:
-            rows = _send(conn, statements, opening)
+            rows = _send(conn, switch, statements, opening)
         except pg_errors.LockNotAvailable:
             if not opening.waits:
                 raise
             try:
-                _send(conn, (PROBE,))
+                _send(conn, switch, (PROBE,))
             except pg_errors.InvalidSavepointSpecification:  # the MEM-12 wait timed out
                 self.serialized = False
                 opening = unserialized(self.store._ident, self.store._options.statement_timeout)
-                return (_send(conn, statements, opening))[opening.count:]
+                return (_send(conn, switch, statements, opening))[opening.count:]
             raise  # the lock was had, the row stayed locked: StoreBusy
         if opening.tries:  # MEM-12: tried once; its row says whether it was had
             self.serialized = bool(rows[opening.count - 1][0][0])

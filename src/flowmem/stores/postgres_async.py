@@ -26,7 +26,7 @@ cancellation still runs under the operation's deadline.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, suppress
 from dataclasses import replace
 from typing import Any
@@ -58,9 +58,9 @@ from .postgres_common import (
     broken,
     connect_kwargs,
     mapped,
-    rows_of,
     unserialized,
 )
+from .postgres_prepared import Replay, Statements, Switch, answer
 from .postgres_schema import quoted_schema
 from .postgres_watchdog import Deadline, arm, disarm
 from .sql_program import Batch, Program, Rows, Statement, T, adrive, encode
@@ -68,23 +68,36 @@ from .sql_program import Batch, Program, Rows, Statement, T, adrive, encode
 __all__ = ["AsyncPostgresStore"]
 
 Row = tuple[Any, ...]
-Connection = psycopg.AsyncConnection[Row]
-Cursor = psycopg.AsyncCursor[Row]
 
 
-async def _send(conn: Connection, statements: Sequence[Statement],
+class Connection(psycopg.AsyncConnection[Row]):
+    """A pooled connection and its prepared statements: they live and die together."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.statements = Statements()
+
+
+async def _send(conn: Connection, switch: Switch, statements: Sequence[Statement],
                 head: Begin | None = None) -> list[Rows]:
-    """Run ``head`` and ``statements`` in one round trip; the rows of each.
+    """Run ``head`` and ``statements`` in one round trip (prepared where ``switch`` and
+    the connection's cache say so); the rows of each.
 
     Sent on the connection's own protocol handle, not through a cursor: a cursor's
     per-result bookkeeping (descriptions, row makers, the prepared-statement cache)
     cost more client CPU than the round trip's I/O.
     """
-    sql = bound(conn, statements, head)
-    async with conn.lock:
-        conn.pgconn.send_query(sql)
-        results = await conn.wait(execute(conn.pgconn))
-    return rows_of(conn, results)
+    sending = conn.statements.plan(statements, switch)
+    sql = bound(conn, statements if sending is None else sending.statements, head)
+    try:
+        async with conn.lock:
+            conn.pgconn.send_query(sql)
+            results = await conn.wait(execute(conn.pgconn))
+    except BaseException:  # a cancellation too: what ran is not known
+        if sending is not None:
+            conn.statements.settle(sending, None)
+        raise
+    return answer(conn, results, head, sending, conn.statements, switch)
 
 
 class AsyncPostgresStore:
@@ -94,6 +107,7 @@ class AsyncPostgresStore:
         self.schema = options.schema
         self._options = options
         self._ident = quoted_schema(options.schema)
+        self._switch = Switch(options.prepared)
         self._pool: AsyncConnectionPool[Connection] | None = None
         self._opening = asyncio.Lock()
         self._closed = False
@@ -113,7 +127,8 @@ class AsyncPostgresStore:
                 options = self._options
                 await asyncio.to_thread(setup, options)  # once: connect and migrate
                 pool: AsyncConnectionPool[Connection] = AsyncConnectionPool(
-                    options.conninfo, kwargs=connect_kwargs(options.conninfo),
+                    options.conninfo, connection_class=Connection,
+                    kwargs=connect_kwargs(options.conninfo),
                     min_size=options.pool_min, max_size=options.pool_max,
                     timeout=options.pool_timeout, open=False, name=f"flowmem-{self.schema}")
                 await pool.open()
@@ -195,41 +210,57 @@ class AsyncPostgresStore:
         assert tx.conn is not None
         await self._give_back(tx.conn, tx.deadline, failed=False)
 
-    async def _run(self, program: Program[T], *, read_only: bool = False,
-                   lock: tuple[StorageKey, float] | None = None) -> T:
+    async def _run(self, program: Callable[[], Program[T]], *, read_only: bool = False,
+                   lock: tuple[StorageKey, float] | None = None) -> tuple[T, bool]:
+        """Run the program ``program()`` makes in one transaction; its value and whether
+        it was serialized — once more after a
+        :class:`~flowmem.stores.postgres_prepared.Replay` (as the blocking store)."""
+        try:
+            return await self._once(program, read_only, lock)
+        except Replay:
+            return await self._once(program, read_only, lock)
+
+    async def _once(self, program: Callable[[], Program[T]], read_only: bool,
+                    lock: tuple[StorageKey, float] | None) -> tuple[T, bool]:
         async with self._transaction(read_only=read_only, lock=lock) as tx:
-            return await adrive(program, tx.execute, tx.batch)
+            value = await adrive(program(), tx.execute, tx.batch)
+        return value, tx.serialized
 
     # -- the AsyncStore protocol ---------------------------------------------------------
     async def read(self, key: StorageKey) -> tuple[bool, Any]:
-        return await self._run(SQL.read(key), read_only=True)
+        return (await self._run(lambda: SQL.read(key), read_only=True))[0]
 
     async def write(self, key: StorageKey, value: Any, *,
                     idempotency: Idempotency | None = None) -> None:
-        await self._run(SQL.write(key, encode(value), idempotency), lock=(key, WRITE_LOCK_TIMEOUT))
+        body = encode(value)
+        await self._run(lambda: SQL.write(key, body, idempotency),
+                        lock=(key, WRITE_LOCK_TIMEOUT))
 
     async def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
-        return await self._run(SQL.delete(key, idempotency), lock=(key, WRITE_LOCK_TIMEOUT))
+        return (await self._run(lambda: SQL.delete(key, idempotency),
+                                lock=(key, WRITE_LOCK_TIMEOUT)))[0]
 
     async def append(self, key: StorageKey, incoming: Sequence[Message], *,
                      max_messages: int | None, lock_timeout: float,
                      idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
-        async with self._transaction(lock=(key, lock_timeout)) as tx:
-            # MEM-12: whether the lock was had is known once the first step ran
-            program = SQL.append(key, incoming, max_messages, True, idempotency, tail)
-            outcome = await adrive(program, tx.execute, tx.batch)
-        return outcome if tx.serialized else replace(outcome, serialized=False)
+        # MEM-12: whether the lock was had is known once the first step ran
+        outcome, serialized = await self._run(
+            lambda: SQL.append(key, incoming, max_messages, True, idempotency, tail),
+            lock=(key, lock_timeout))
+        return outcome if serialized else replace(outcome, serialized=False)
 
     async def history(self, key: StorageKey, *, last: int | None = None,
                       before: int | None = None) -> HistoryPage:
-        return await self._run(SQL.history(key, last, before), read_only=True)
+        return (await self._run(lambda: SQL.history(key, last, before), read_only=True))[0]
 
     async def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
-        return await self._run(SQL.edit(key, position, message), lock=(key, EDIT_LOCK_TIMEOUT))
+        return (await self._run(lambda: SQL.edit(key, position, message),
+                                lock=(key, EDIT_LOCK_TIMEOUT)))[0]
 
     async def keys(self, scope: str, scope_id: str, *, prefix: str = "",
                    after: str | None = None, limit: int = 100) -> list[str]:
-        return await self._run(SQL.keys(scope, scope_id, prefix, after, limit), read_only=True)
+        return (await self._run(lambda: SQL.keys(scope, scope_id, prefix, after, limit),
+                                read_only=True))[0]
 
     def lock(self, key: StorageKey, timeout: float) -> AbstractAsyncContextManager[bool]:
         """Hold ``key``'s advisory lock in a transaction of its own while the block runs."""
@@ -275,24 +306,24 @@ class _Transaction(TransactionState):
         if self.conn is None:
             rows = await self.store._connect(self, statements)
         else:
-            rows = await _send(self.conn, statements)
+            rows = await _send(self.conn, self.store._switch, statements)
         self.committed = batch.final
         return rows[:len(batch.statements)]
 
     async def first(self, conn: Connection, statements: Sequence[Statement]) -> list[Rows]:
         """The first round trip on ``conn``: :attr:`begin`, then ``statements``."""
-        opening = self.begin
+        opening, switch = self.begin, self.store._switch
         try:
-            rows = await _send(conn, statements, opening)
+            rows = await _send(conn, switch, statements, opening)
         except pg_errors.LockNotAvailable:
             if not opening.waits:
                 raise
             try:
-                await _send(conn, (PROBE,))
+                await _send(conn, switch, (PROBE,))
             except pg_errors.InvalidSavepointSpecification:  # the MEM-12 wait timed out
                 self.serialized = False
                 opening = unserialized(self.store._ident, self.store._options.statement_timeout)
-                return (await _send(conn, statements, opening))[opening.count:]
+                return (await _send(conn, switch, statements, opening))[opening.count:]
             raise  # the lock was had, the row stayed locked: StoreBusy
         if opening.tries:  # MEM-12: tried once; its row says whether it was had
             self.serialized = bool(rows[opening.count - 1][0][0])

@@ -77,7 +77,10 @@ __all__ = [
     "unserialized",
 ]
 
-OPTIONS: Final = ("schema", "pool_min", "pool_max", "pool_timeout", "statement_timeout")
+OPTIONS: Final = ("schema", "pool_min", "pool_max", "pool_timeout", "statement_timeout",
+                  "prepared")
+_BOOLEANS: Final = {"true": True, "1": True, "yes": True, "on": True,
+                    "false": False, "0": False, "no": False, "off": False}
 WRITE_LOCK_TIMEOUT: Final = 5.0  # write/delete wait this long for the key's lock
 EDIT_LOCK_TIMEOUT: Final = 30.0  # the administrative edit, as on SQLite
 ROW_LOCK_GRACE: Final = 0.5
@@ -113,6 +116,9 @@ class PostgresOptions:
     pool_max: int = 10
     pool_timeout: float = 5.0
     statement_timeout: float = 5.0
+    prepared: bool = True
+    """Send repeated statements as server-side prepared statements
+    (:mod:`flowmem.stores.postgres_prepared`); ``false`` behind a transaction-pooling proxy."""
 
     def __post_init__(self) -> None:
         if (not 0 <= self.pool_min <= self.pool_max or self.pool_max < 1
@@ -137,8 +143,8 @@ class PostgresOptions:
 
     @classmethod
     def from_url(cls, url: str) -> PostgresOptions:
-        """``postgresql://user@host:port/db?schema=...&statement_timeout=...`` (the rest
-        goes to libpq)."""
+        """``postgresql://user@host:port/db?schema=...&statement_timeout=...&prepared=...``
+        (the rest goes to libpq)."""
         parts = urlsplit(url)
         if parts.scheme.lower() not in ("postgresql", "postgres"):
             raise InvalidStoreURL(f"not a PostgreSQL URL: {url!r}")
@@ -148,20 +154,25 @@ class PostgresOptions:
         # %20, not +: libpq decodes a URI's percent escapes only (options=-c%20name%3Dvalue)
         conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path,
                                urlencode(libpq, quote_via=quote), ""))
+        prepared = _BOOLEANS.get(ours.get("prepared", "true").lower())
+        if prepared is None:
+            raise InvalidStoreURL(f"prepared must be true or false, in {url!r}")
         try:
             return cls(conninfo, schema=ours.get("schema", "flowmem"),
                        pool_min=int(ours.get("pool_min", 1)),
                        pool_max=int(ours.get("pool_max", 10)),
                        pool_timeout=float(ours.get("pool_timeout", 5.0)),
-                       statement_timeout=float(ours.get("statement_timeout", 5.0)))
+                       statement_timeout=float(ours.get("statement_timeout", 5.0)),
+                       prepared=prepared)
         except ValueError:
             raise InvalidStoreURL(f"pool_min/pool_max must be integers, pool_timeout and "
                                   f"statement_timeout seconds, in {url!r}") from None
 
 
 def connect_kwargs(conninfo: str) -> dict[str, Any]:
-    """psycopg connection arguments: autocommit (flowmem says BEGIN), nothing prepared
-    (pgbouncer transaction pooling), and :data:`LIBPQ_DEFAULTS` the URL does not set."""
+    """psycopg connection arguments: autocommit (flowmem says BEGIN), nothing prepared by
+    psycopg (flowmem's own round trips prepare at the SQL level, if at all:
+    :mod:`flowmem.stores.postgres_prepared`), and :data:`LIBPQ_DEFAULTS` the URL does not set."""
     kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
     try:
         given = conninfo_to_dict(conninfo)
