@@ -6,48 +6,11 @@ indexed statements, in two round trips (below). Tables live in a dedicated
 schema, created and upgraded by :func:`flowmem.stores.postgres_schema.migrate`
 when the store opens.
 
-URL options (the rest of the query string goes to libpq, e.g. ``sslmode``)::
-
-    postgresql://user@host:5432/db?schema=flowmem&pool_max=10&statement_timeout=5&prepared=true
-
-``schema``
-    The schema holding flowmem's tables (default ``flowmem``).
-``pool_min`` / ``pool_max``
-    Connections kept open / opened at most by this store (default 1 / 10).
-``pool_timeout``
-    Seconds an operation waits for a free connection, then
-    :class:`~flowmem.errors.StoreUnavailable` (default 5).
-``statement_timeout``
-    Seconds (default 5; ``0`` turns it off): set as ``SET LOCAL
-    statement_timeout`` in every transaction's first round trip, and the
-    basis of the client's deadline (below).
-``prepared``
-    ``true`` (default) or ``false``: send a statement a connection has sent
-    before as a server-side prepared statement
-    (:mod:`flowmem.stores.postgres_prepared`). ``false`` behind a
-    transaction-pooling proxy (below).
-
-libpq parameters flowmem sets unless the URL does: ``connect_timeout=5``
-(or ``PGCONNECT_TIMEOUT``), ``keepalives=1``, ``keepalives_idle=5``,
-``keepalives_interval=2``, ``keepalives_count=3`` (seconds) and
-``tcp_user_timeout=10000`` (milliseconds).
-
-Bounds: every wait ends, with a typed error.
-
-- no free connection (pool exhausted, server down or unreachable):
-  ``pool_timeout``, then ``StoreUnavailable``;
-- the MEM-12 locks of an append: at most ``lock_timeout`` + 0.5 s in all
-  (the advisory lock, then the conversation's row; see below), then the
-  append runs unserialized or, if the row itself stays locked,
-  :class:`~flowmem.errors.StoreBusy`;
-- a slow statement: ``statement_timeout`` on the server, then ``StoreUnavailable``;
-- a server that answers nothing (stopped, hung, network black hole): the
-  client's deadline — the lock wait (+ 0.5 s) + ``statement_timeout`` + 1 s
-  per operation — cuts the connection (:mod:`flowmem.stores.postgres_watchdog`):
-  ``StoreUnavailable``, and the pool replaces the connection. With the
-  defaults: 6 s for a read, ``lock_timeout`` + 6.5 s for an append;
-- opening the store: ``connect_timeout``, then the same deadline for the
-  schema check (300 s when migrations run).
+URL options (``schema``, ``pool_min``/``pool_max``, ``pool_timeout``,
+``statement_timeout``, ``prepared``; the rest of the query string goes to
+libpq), the libpq defaults flowmem sets, and the bound of every wait (each
+ends in a typed error) are tabled in ``docs/deploy.md``; the client's
+deadline is :mod:`flowmem.stores.postgres_watchdog`'s.
 
 Round trips: every step of a program (a statement, or a
 :class:`~flowmem.stores.sql_program.Batch`) is ONE query string, its values
@@ -76,22 +39,16 @@ session without it turns prepared statements off for the store (one
 warning) and its transaction runs again, unprepared
 (:class:`~flowmem.stores.postgres_prepared.Replay`).
 
-MEM-12: an append sets ``lock_timeout`` to its bounded wait and takes
-``pg_advisory_xact_lock`` on a 64-bit hash of (schema, scope, scope id, key),
-then makes a savepoint that marks the lock had. Exactly the lock-timeout error
-(:class:`psycopg.errors.LockNotAvailable`) is caught: if the savepoint is not
-there (``ROLLBACK TO`` it fails), the lock's wait timed out, and the
-transaction starts over without the lock: the append goes ahead unserialized
-(``serialized=False``; :class:`~flowmem.Memory` logs the warning) — two more
-round trips, on that path only. The buffer row is then read ``FOR UPDATE``,
-so the fallback is still atomic — it may interleave with a serialized append
-but never loses or doubles a turn; the (buffer, result id) unique key makes a
-doubled result impossible. The row wait stays bounded: ``lock_timeout`` is
-left for it — whole when the advisory lock came within 0.5 s, else what is
-left of it, at least 0.5 s (worked out by the server, in the same round
-trip); a fallback waits 0.5 s for the row. A row held past that (by a
-transaction outside flowmem) is ``StoreBusy``. The lock is released at commit
-or rollback, and by the server when a client dies.
+MEM-12: an append takes ``pg_advisory_xact_lock`` on a 64-bit hash of
+(schema, scope, scope id, key) under a ``lock_timeout`` of its bounded wait,
+then a savepoint that marks the lock had (:func:`~.postgres_common.begin`).
+When the wait times out (the savepoint is not there), the transaction starts
+over without the lock and the append goes ahead unserialized
+(``serialized=False``), still atomic: the conversation's row is read ``FOR
+UPDATE`` and the (buffer, result id) unique key makes a doubled result
+impossible. The row wait is bounded too (what is left of ``lock_timeout``, at
+least 0.5 s); a row held past it (by a transaction outside flowmem) is
+``StoreBusy``. The lock ends with the transaction, or the client.
 
 Failures: connection loss (or the server going away) raises
 :class:`~flowmem.errors.StoreUnavailable`, any other server error
