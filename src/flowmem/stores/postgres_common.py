@@ -189,9 +189,20 @@ def connect_kwargs(conninfo: str) -> dict[str, Any]:
 
 def advisory_key(schema: str, key: StorageKey) -> int:
     """The MEM-12 advisory lock id of ``key``: a stable signed 64-bit hash."""
-    raw = "\x00".join((schema, key.scope, key.scope_id, key.key))
+    names = (schema, key.scope, key.scope_id, key.key)
+    known = _advisory_keys.get(names)  # hot keys: no blake2b per transaction
+    if known is not None:
+        return known
+    raw = "\x00".join(names)
     digest = hashlib.blake2b(raw.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
+    if len(_advisory_keys) >= _ADVISORY_CACHE:
+        _advisory_keys.clear()
+    found = _advisory_keys[names] = int.from_bytes(digest, "big", signed=True)
+    return found
+
+
+_ADVISORY_CACHE: Final = 4096
+_advisory_keys: dict[tuple[str, str, str, str], int] = {}
 
 
 @lru_cache(maxsize=1024)
@@ -332,11 +343,20 @@ _TUPLES_OK: Final = ExecStatus.TUPLES_OK
 _NO_ROWS: Final = (ExecStatus.COMMAND_OK, ExecStatus.EMPTY_QUERY)
 
 
+def _transformer(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> Any:
+    """The connection's own row loader, made once (as a cursor keeps one)."""
+    loader = getattr(conn, "_flowmem_loader", None)
+    if loader is None:
+        loader = adapt.Transformer(conn)
+        setattr(conn, "_flowmem_loader", loader)  # noqa: B010 - not a declared attribute
+    return loader
+
+
 def rows_of(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
             results: Sequence[Any]) -> list[Rows]:
     """The rows of each result of one round trip, as tuples; the first error as
     psycopg's exception (a cursor's checks, without its per-result bookkeeping)."""
-    loader = adapt.Transformer(conn)
+    loader = _transformer(conn)
     rows: list[Rows] = []
     for result in results:
         status = result.status
