@@ -73,6 +73,7 @@ def test_a_version_2_database_is_migrated_with_its_conversations(tmp_path: Path)
         assert raw.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         tables = {row[0] for row in raw.execute("SELECT name FROM sqlite_schema")}
     assert "calls_turn" not in tables and "messages_by_position" not in tables
+    assert "buffers_version" in tables  # migration 5's trigger (sqlite_hot's version checks)
 
 
 def test_a_version_3_database_keeps_its_unanswered_calls_in_the_buffer_rows(
