@@ -52,3 +52,12 @@ def throwaway_schema(tag: str) -> Iterator[tuple[str, str]]:
 
 def unique_session() -> str:
     return f"s-{uuid.uuid4().hex}"
+
+
+def close_face(store: Any, loop: Any) -> None:
+    """Close a store of either face: ``aclose`` on its ``loop`` (then the loop), or ``close``."""
+    if loop:
+        loop.run_until_complete(store.aclose())
+        loop.close()
+    else:
+        store.close()

@@ -28,7 +28,7 @@ from flowmem.scopes import StorageKey
 from flowmem.store import Store
 from flowmem.stores import open_store
 from flowmem.testing import StoreContract, fresh_key, store_model_test
-from postgres_support import admin, throwaway_schema, with_options
+from postgres_support import admin, close_face, throwaway_schema, with_options
 from round_trip_proxy import CountingProxy, through
 
 REASON = unavailable("postgres")
@@ -173,11 +173,7 @@ class Face:
             lambda conn: [name for name, _ in conn.statements.names.values()]))
 
     def close(self) -> None:
-        if self.loop:
-            self.loop.run_until_complete(self.store.aclose())
-            self.loop.close()
-        else:
-            self.store.close()
+        close_face(self.store, self.loop)
 
 
 @pytest.fixture(scope="module")

@@ -38,7 +38,7 @@ from flowmem.stores.postgres_async import AsyncPostgresStore
 from flowmem.stores.sql import drive
 from flowmem.stores.sql_apply import apply_plan
 from flowmem.testing import fresh_key
-from postgres_support import admin, throwaway_schema, with_options
+from postgres_support import admin, close_face, throwaway_schema, with_options
 from round_trip_proxy import CountingProxy, through
 
 REASON = unavailable("postgres")
@@ -97,11 +97,7 @@ class Counted:
         return page, self.proxy.count() - before
 
     def close(self) -> None:
-        if self.loop:
-            self.loop.run_until_complete(self.store.aclose())
-            self.loop.close()
-        else:
-            self.store.close()
+        close_face(self.store, self.loop)
 
 
 @pytest.fixture(scope="module")
