@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Final
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
@@ -199,9 +199,20 @@ def positioned(page: HistoryResult) -> Encoded:
     texts = page.encoded
     if texts is None or len(texts) != len(page.positions):
         return Encoded(ascii_json(plain()), plain)
-    pairs = ",".join([f'{{"position":{p},"message":{t}}}'
-                      for p, t in zip(page.positions, texts, strict=True)])
-    return Encoded(f"[{pairs}]", plain)
+    known = _PAIRS
+    if len(known) > _PAIRS_KEPT:
+        known.clear()
+    pairs = []
+    for pair in zip(page.positions, texts, strict=True):
+        text = known.get(pair)
+        if text is None:  # echoes overlap: a turn's echo is mostly the last one's
+            text = known[pair] = f'{{"position":{pair[0]},"message":{pair[1]}}}'
+        pairs.append(text)
+    return Encoded(f"[{','.join(pairs)}]", plain)
+
+
+_PAIRS: Final[dict[tuple[int, str], str]] = {}
+_PAIRS_KEPT: Final = 8192  # about a megabyte of echoed entries; emptied when full
 
 
 async def history_page(server: ServerState, scope: str, key: str, context: ExecutionContext, *,
