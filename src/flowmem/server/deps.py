@@ -206,13 +206,16 @@ def positioned(page: HistoryResult) -> Encoded:
     for pair in zip(page.positions, texts, strict=True):
         text = known.get(pair)
         if text is None:  # echoes overlap: a turn's echo is mostly the last one's
-            text = known[pair] = f'{{"position":{pair[0]},"message":{pair[1]}}}'
+            text = f'{{"position":{pair[0]},"message":{pair[1]}}}'
+            if len(pair[1]) <= _PAIR_TEXT_KEPT:
+                known[pair] = text
         pairs.append(text)
     return Encoded(f"[{','.join(pairs)}]", plain)
 
 
 _PAIRS: Final[dict[tuple[int, str], str]] = {}
-_PAIRS_KEPT: Final = 8192  # about a megabyte of echoed entries; emptied when full
+_PAIRS_KEPT: Final = 4096  # entries remembered (emptied when full) ...
+_PAIR_TEXT_KEPT: Final = 1024  # ... each of at most this many characters: ~8 MB at most
 
 
 async def history_page(server: ServerState, scope: str, key: str, context: ExecutionContext, *,
