@@ -89,3 +89,18 @@ def test_every_store_gives_the_texts_of_its_page(tmp_path: Path) -> None:
         assert [json.loads(t) for t in page.encoded] == page.messages
         assert all(t.isascii() for t in page.encoded)
     memory.close()
+
+
+def test_remembered_echo_texts_say_what_fresh_ones_say() -> None:
+    """The {position, message} texts a turn's echo shares with the last one's are
+    remembered: a second echo reads the same, and a long message is never kept."""
+    from flowmem.server import deps
+
+    long = encode({"role": "tool", "tool_call_id": "c", "content": "x" * 2000})
+    texts = [encode({"role": "user", "content": f"m{n}"}) for n in range(3)] + [long]
+    page = HistoryResult(positions=[4, 5, 6, 7], encoded=texts)
+    first, again = positioned(page).text, positioned(page).text
+    assert first == again
+    assert json.loads(first) == [{"position": p, "message": json.loads(t)}
+                                 for p, t in zip(page.positions, texts, strict=True)]
+    assert (7, long) not in deps._PAIRS and (4, texts[0]) in deps._PAIRS
