@@ -229,6 +229,7 @@ class SQLiteStore:
         """Make ``conn`` this thread's connection (closed by :meth:`close`), with its
         own programs and hot buffers (:mod:`.sqlite_hot`; none read-only)."""
         self._local.conn = conn
+        self._local.cursor = conn.cursor()  # every transaction's: not one per transaction
         self._local.sql = SQLiteConversations(None if self.read_only else HotBuffers())
         with self._guard:
             self._connections.append(conn)
@@ -292,7 +293,7 @@ class SQLiteStore:
         try:
             if self._gone is not None:
                 raise StoreUnavailable(self._gone)
-            cursor = conn.cursor()  # one cursor for the transaction: not one per statement
+            cursor: sqlite3.Cursor = self._local.cursor  # the connection's one cursor
             try:
                 cursor.execute(f"BEGIN {mode}")
             except sqlite3.OperationalError as exc:
