@@ -185,11 +185,16 @@ class SQLConversations(Reads):
 
     def append(self, key: StorageKey, incoming: Sequence[Message],
                max_messages: int | None, serialized: bool,
-               idempotency: Idempotency | None = None, tail: int = 0) -> Program[AppendOutcome]:
+               idempotency: Idempotency | None = None, tail: int = 0,
+               opening: Program[tuple[int, int, int, BufferView]] | None = None,
+               ) -> Program[AppendOutcome]:
         """Plan (:func:`~flowmem.plan.plan_append`) against indexed look-ups, then apply
         (:func:`~flowmem.stores.sql_apply.apply_plan`: the last step, with the record of
-        the idempotency key and, with ``tail``, the page of the newest ``tail`` entries)."""
-        opened = self.open_and_view(key, incoming)
+        the idempotency key and, with ``tail``, the page of the newest ``tail`` entries).
+
+        ``opening``: the rest of :meth:`open_and_view`, when a driver took its first
+        steps itself (SQLite's short path, :mod:`.sqlite_fast`; no idempotency key)."""
+        opened = self.open_and_view(key, incoming) if opening is None else opening
         if idempotency is not None:  # the claim goes with the first step of opening
             step = next(opened)
             steps = step.statements if isinstance(step, Batch) else (step,)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
+from functools import lru_cache
 from typing import Final
 
 from ..errors import StoreError
@@ -46,7 +47,8 @@ from ..plan import (
 )
 from .sql_program import Batch, Program, Rows, Statement, encode
 
-__all__ = ["SAVE", "SAVE_UNCHECKED", "Applied", "PendingInRow", "apply_plan"]
+__all__ = ["SAVE", "SAVE_UNCHECKED", "Applied", "PendingInRow", "add_statements", "apply_plan",
+           "save_statement"]
 
 _INSERT_ENTRY: Final = ("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
                         "VALUES (?, ?, ?, ?, ?, ?)")
@@ -156,7 +158,7 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
         if isinstance(op, AddEntry):
             positions[op.ordinal] = next_pos
             body = encode(op.message)
-            queued += _add(buffer_id, next_pos, op, body, pending)
+            queued += add_statements(buffer_id, next_pos, op, body, pending)
             if added is not None:
                 added.append((next_pos, body))
             next_pos, count, appended = next_pos + SLOT, count + 1, appended + 1
@@ -172,7 +174,7 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
     if max_messages is not None and count > max_messages:
         removed, queued = yield from evict(buffer_id, count - max_messages, queued, pending)
         count -= removed
-    queued.append(_save(buffer_id, count, next_pos, save,
+    queued.append(save_statement(buffer_id, count, next_pos, save,
                         pending.encode() if pending is not None and pending.changed else None,
                         version))
     closing = then(count, appended)
@@ -181,8 +183,8 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
     return count, appended, answers[len(answers) - len(closing):]
 
 
-def _save(buffer_id: int, count: int, next_pos: int, save: str, pending: str | None,
-          version: int | None) -> Statement:
+def save_statement(buffer_id: int, count: int, next_pos: int, save: str,
+                   pending: str | None, version: int | None) -> Statement:
     """The statement storing the buffer row: count, next position, and the unanswered
     calls when they changed, the version when there is one."""
     if version is None:
@@ -210,8 +212,10 @@ def _send(statements: list[Statement], *, final: bool = False,
     return answers
 
 
-def _add(buffer_id: int, pos: int, op: AddEntry, body: str,
-         pending: PendingInRow | None) -> list[Statement]:
+def add_statements(buffer_id: int, pos: int, op: AddEntry, body: str,
+                   pending: PendingInRow | None) -> list[Statement]:
+    """The statements inserting ``op``'s entry (JSON ``body``) at ``pos`` and indexing it;
+    with ``pending`` (kept in the row) the calls it answers and opens change there."""
     if op.answers is None:
         statements: list[Statement] = [(_INSERT_ENTRY, (buffer_id, pos, op.message["role"],
                                                          None, 0, body))]
@@ -237,10 +241,17 @@ def _insert_calls(table: str, buffer_id: int, pos: int,
     """One multi-row insert of a turn's declarations (or its new pending calls)."""
     if not calls:
         return []
-    rows = ", ".join("(?, ?, ?, ?)" for _ in calls)
     params = [value for order, call in calls for value in (buffer_id, call, pos, order)]
-    return [(f"INSERT INTO {table} (buffer_id, call_id, turn_pos, ord) VALUES {rows} "
-             "ON CONFLICT DO NOTHING", params)]
+    return [(_calls_sql(table, len(calls)), params)]
+
+
+@lru_cache(maxsize=64)
+def _calls_sql(table: str, rows: int) -> str:
+    """The text of :func:`_insert_calls`' statement (the same object each time: a driver's
+    statement cache finds it without hashing a new text)."""
+    values = ", ".join("(?, ?, ?, ?)" for _ in range(rows))
+    return (f"INSERT INTO {table} (buffer_id, call_id, turn_pos, ord) VALUES {values} "
+            "ON CONFLICT DO NOTHING")
 
 
 def _heal(buffer_id: int, turn: int, call_ids: Sequence[str],

@@ -65,8 +65,9 @@ from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
 from .locks import KeyLocks, key_locks
-from .sql import Execute, Program, T, drive, encode
+from .sql import Program, T, drive, encode
 from .sqlite_errors import is_busy, mapped_error
+from .sqlite_fast import executor, run_append
 from .sqlite_files import DatabaseFiles, FileIdentity
 from .sqlite_group import AppendRequest, GroupAborted, each_alone, group_locks, run_group
 from .sqlite_hot import HotBuffers
@@ -99,6 +100,10 @@ class SQLiteStore:
     writers also queue with other processes' for the write lock, taking turns
     (:mod:`.sqlite_writer`; the asyncio store's connection thread does).
     """
+
+    short_appends = True
+    """Run the common hot append by plain calls (:mod:`.sqlite_fast`); ``False`` (tests
+    only: the two paths compared) runs every append as the SQL program."""
 
     def __init__(self, path: str, *, synchronous: str = "full",
                  busy_timeout: float = 30.0, mode: str = "rwc",
@@ -224,6 +229,7 @@ class SQLiteStore:
         """Make ``conn`` this thread's connection (closed by :meth:`close`), with its
         own programs and hot buffers (:mod:`.sqlite_hot`; none read-only)."""
         self._local.conn = conn
+        self._local.cursor = conn.cursor()  # every transaction's: not one per transaction
         self._local.sql = SQLiteConversations(None if self.read_only else HotBuffers())
         with self._guard:
             self._connections.append(conn)
@@ -266,8 +272,9 @@ class SQLiteStore:
             logger.error("flowmem: %s", self._gone)
         raise StoreUnavailable(self._gone)
 
-    def _within(self, body: Callable[[Execute], _T], mode: str = "IMMEDIATE") -> _T:
-        """``body`` in one transaction (plain calls, no context managers: the hot path).
+    def _within(self, body: Callable[[sqlite3.Cursor], _T], mode: str = "IMMEDIATE") -> _T:
+        """``body`` in one transaction, given its cursor (plain calls, no context managers:
+        the hot path).
 
         Writers of this process queue on one mutex instead of sleeping in
         SQLite's busy handler (which backs off up to 100 ms); with
@@ -286,13 +293,13 @@ class SQLiteStore:
         try:
             if self._gone is not None:
                 raise StoreUnavailable(self._gone)
-            cursor = conn.cursor()  # one cursor for the transaction: not one per statement
+            cursor: sqlite3.Cursor = self._local.cursor  # the connection's one cursor
             try:
                 cursor.execute(f"BEGIN {mode}")
             except sqlite3.OperationalError as exc:
                 raise mapped_error(exc, self.path) from exc
             try:
-                answer = body(lambda sql, params: cursor.execute(sql, params).fetchall())
+                answer = body(cursor)
                 cursor.execute("COMMIT")
             except BaseException as exc:
                 self._forget_hot()  # what the copy learned may not be in the database
@@ -308,7 +315,7 @@ class SQLiteStore:
         return answer
 
     def _run(self, program: Program[T], mode: str = "IMMEDIATE") -> T:
-        return self._within(lambda execute: drive(program, execute), mode)
+        return self._within(lambda cursor: drive(program, executor(cursor)), mode)
 
     def _programs(self) -> SQLiteConversations:
         """The programs (and hot buffers) of this thread's connection."""
@@ -340,9 +347,10 @@ class SQLiteStore:
                max_messages: int | None, lock_timeout: float,
                idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
         with self._locks.hold(key, lock_timeout) as serialized:
-            program = self._programs().append(key, incoming, max_messages, serialized,
-                                              idempotency, tail)
-            return self._run(program)
+            sql = self._programs()
+            return self._within(lambda cursor: run_append(
+                sql, cursor, key, incoming, max_messages, serialized, idempotency, tail,
+                short=self.short_appends))
 
     def append_group(self, requests: Sequence[AppendRequest]) -> list[AppendOutcome | Exception]:
         """Several appends in ONE transaction (group commit, :mod:`.sqlite_group`).
@@ -352,7 +360,8 @@ class SQLiteStore:
         """
         try:
             with group_locks(self._locks, requests) as serialized:
-                return run_group(self._within, self._programs(), requests, serialized)
+                return run_group(self._within, self._programs(), requests, serialized,
+                                 self.short_appends)
         except GroupAborted:  # rolled back whole: each append alone gets its own answer
             return each_alone(self.append, requests)
 

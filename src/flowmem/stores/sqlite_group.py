@@ -33,7 +33,7 @@ from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, Idempotency
 from .locks import KeyLocks, stripe_of
-from .sql import Execute, drive
+from .sqlite_fast import run_append
 from .sqlite_programs import SQLiteConversations
 
 __all__ = ["AppendRequest", "GroupAborted", "each_alone", "group_locks", "run_group"]
@@ -88,30 +88,32 @@ def each_alone(append: Callable[..., AppendOutcome],
     return answers
 
 
-def run_group(within: Callable[[Callable[[Execute], Answers]], Answers],
+def run_group(within: Callable[[Callable[[sqlite3.Cursor], Answers]], Answers],
               sql: SQLiteConversations,
-              requests: Sequence[AppendRequest], serialized: Sequence[bool]) -> Answers:
+              requests: Sequence[AppendRequest], serialized: Sequence[bool],
+              short: bool = True) -> Answers:
     """Run ``requests`` in one transaction, each in its own savepoint; one answer each.
 
-    ``within`` runs a body in one transaction (``SQLiteStore._within``). Raises
-    :class:`GroupAborted` (after the rollback) when the database fails.
+    ``within`` runs a body in one transaction (``SQLiteStore._within``); ``short``: an
+    append may take the short path (:mod:`.sqlite_fast`). Raises :class:`GroupAborted`
+    (after the rollback) when the database fails.
     """
 
-    def body(execute: Execute) -> Answers:
+    def body(cursor: sqlite3.Cursor) -> Answers:
         answers: Answers = []
         for request, held in zip(requests, serialized, strict=True):
-            execute(f"SAVEPOINT {_SAVEPOINT}", ())
-            program = sql.append(request.key, request.incoming, request.max_messages, held,
-                                 request.idempotency, request.tail)
+            cursor.execute(f"SAVEPOINT {_SAVEPOINT}")
             try:
-                answers.append(drive(program, execute))
+                answers.append(run_append(sql, cursor, request.key, request.incoming,
+                                          request.max_messages, held, request.idempotency,
+                                          request.tail, short=short))
             except sqlite3.Error as exc:
                 raise GroupAborted(str(exc)) from exc
             except Exception as refused:  # a rule refused this append alone
                 sql.forget_hot()  # whatever it taught the hot copy is rolled back
-                execute(f"ROLLBACK TO {_SAVEPOINT}", ())
+                cursor.execute(f"ROLLBACK TO {_SAVEPOINT}")
                 answers.append(refused)
-            execute(f"RELEASE {_SAVEPOINT}", ())
+            cursor.execute(f"RELEASE {_SAVEPOINT}")
         return answers
 
     return within(body)

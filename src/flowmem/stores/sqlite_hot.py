@@ -105,6 +105,14 @@ class HotBuffer:
         return HistoryPage(UNPARSED, positions, positions[0] if older and positions else None,
                            self.count, [text for _, text in kept])
 
+    def serves(self, last: int) -> bool:
+        """Whether :attr:`tail` will hold the newest ``last`` entries after an append that
+        only adds entries: it holds them now, or holds the whole buffer and ``last`` fits
+        in :data:`TAIL_KEEP` (the added entries may push the oldest out of a full tail)."""
+        tail = self.tail
+        return tail is not None and (len(tail) >= last
+                                     or (len(tail) >= self.count and last <= TAIL_KEEP))
+
     def learn_tail(self, page: HistoryPage) -> None:
         """The newest entries, from a page just read in this connection's transaction."""
         if page.encoded is not None and page.total == self.count:

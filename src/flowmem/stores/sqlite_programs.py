@@ -38,14 +38,16 @@ from .sql_apply import SAVE_UNCHECKED, Applied, PendingInRow, Then, apply_plan
 from .sql_program import Rows, Statement
 from .sqlite_hot import HotBuffer, HotBuffers
 
-__all__ = ["SQLiteConversations"]
+__all__ = ["DATA_VERSION", "VERSION", "SQLiteConversations", "hot_tail"]
 
 _BUFFER_ROW: Final = ("WITH b AS (SELECT id, count, next_pos, pending FROM buffers "
                       "WHERE scope = ? AND scope_id = ? AND key = ?) "
                       "SELECT 3, id, count, next_pos FROM b "
                       "UNION ALL SELECT 4, pending, 0, 0 FROM b")
-_DATA_VERSION: Final = ("PRAGMA data_version", ())
-_VERSION: Final = "SELECT version FROM buffers WHERE id = ?"
+DATA_VERSION: Final = ("PRAGMA data_version", ())
+"""The statement telling whether another connection committed (:mod:`.sqlite_hot`)."""
+VERSION: Final = "SELECT version FROM buffers WHERE id = ?"
+"""A hot copy's buffer row's version, read when another connection committed."""
 _ALL_RESULTS: Final = ("SELECT result_id, healed FROM messages "
                        "WHERE buffer_id = ? AND result_id IS NOT NULL")
 _ALL_CALLS: Final = "SELECT call_id FROM calls WHERE buffer_id = ?"
@@ -102,15 +104,30 @@ class SQLiteConversations(SQLConversations):
         if hot is None:
             return (yield from self._indexed(key, incoming))[0]
         names = (key.scope, key.scope_id, key.key)
-        hot.observe(int((yield _DATA_VERSION)[0][0]))
+        hot.observe(int((yield DATA_VERSION)[0][0]))
         buffer = hot.get(names)
         if buffer is not None and not hot.current(buffer):  # another connection committed
-            row = yield (_VERSION, (buffer.buffer_id,))
-            if row and int(row[0][0]) == buffer.version:
-                buffer.checked = hot.version  # the commit touched other buffers
-            else:
-                hot.stale(names)
-                buffer = None
+            buffer = self.checked(names, buffer, (yield (VERSION, (buffer.buffer_id,))))
+        return (yield from self.opened(key, incoming, buffer))
+
+    def checked(self, names: tuple[str, str, str], buffer: HotBuffer,
+                row: Rows) -> HotBuffer | None:
+        """``buffer`` when its row's version (``row``: :data:`VERSION`'s answer) is the
+        copy's (the other connection's commit touched other buffers), else ``None``."""
+        assert self.hot is not None
+        if row and int(row[0][0]) == buffer.version:
+            buffer.checked = self.hot.version
+            return buffer
+        self.hot.stale(names)
+        return None
+
+    def opened(self, key: StorageKey, incoming: Sequence[Message],
+               buffer: HotBuffer | None) -> Program[Opened]:
+        """The rest of :meth:`open_and_view` once ``PRAGMA data_version`` (and the
+        version check) decided the hot copy: ``buffer``, or ``None`` to read the view."""
+        assert self.hot is not None
+        hot = self.hot
+        names = (key.scope, key.scope_id, key.key)
         if buffer is None:
             opened, created = yield from self._indexed(key, incoming)
             buffer_id, count, next_pos, _ = opened
@@ -154,19 +171,15 @@ class SQLiteConversations(SQLConversations):
         """None when the hot copy knows the newest ``tail`` entries (as they will be after
         this append: it only appends, and the window leaves the copy unused)."""
         buffer = self._applying
-        self._tail_known = (buffer is not None and buffer.tail is not None
-                            and (len(buffer.tail) >= tail or len(buffer.tail) >= buffer.count))
+        self._tail_known = buffer is not None and buffer.serves(tail)
         return [] if self._tail_known else super().tail_statements(buffer_id, tail)
 
     def tail_from(self, rows: list[Rows], tail: int, count: int) -> HistoryPage:
         buffer, self._applying = self._applying, None
         known, self._tail_known = self._tail_known, False
         if known:
-            page = None if buffer is None else buffer.page(tail)
-            if page is None or page.total != count:
-                raise StoreError("the hot copy's tail does not match the append "
-                                 "(a broken invariant); nothing was stored")
-            return page
+            assert buffer is not None
+            return hot_tail(buffer, tail, count)
         page = super().tail_from(rows, tail, count)
         if buffer is not None and buffer.count == count:
             buffer.learn_tail(page)
@@ -240,6 +253,16 @@ class SQLiteConversations(SQLConversations):
             del positions[0], texts[0]
         return HistoryPage(UNPARSED, positions, positions[0] if more and positions else None,
                            encoded=texts)
+
+
+def hot_tail(buffer: HotBuffer, tail: int, count: int) -> HistoryPage:
+    """The append's tail from the hot copy that was known to hold it (``count``: the
+    buffer's count after the append)."""
+    page = buffer.page(tail)
+    if page is None or page.total != count:
+        raise StoreError("the hot copy's tail does not match the append "
+                         "(a broken invariant); nothing was stored")
+    return page
 
 
 def _pending_calls(pending: PendingInRow) -> list[PendingCall]:

@@ -1,0 +1,118 @@
+"""The short path of a hot SQLite append: the program's statements, without the program.
+
+An append is a sans-I/O program (:mod:`.sql`, :mod:`.sqlite_programs`,
+:mod:`.sql_apply`): nested generators driven one statement at a time. SQLite has
+no round trips to save, and there the generators' protocol costs about as much
+Python as the rest of the append. The common append is run here by plain calls
+instead: when this connection's hot copy of the buffer (:mod:`.sqlite_hot`) is
+current — after ``PRAGMA data_version`` and, when another connection committed,
+the version check — and the plan (still :func:`flowmem.plan.plan_append`'s: no
+rule is decided here) only adds entries, the window evicts nothing, there is no
+idempotency key, and the tail, if asked for, is one the hot copy holds.
+
+It runs exactly the statements the program would (same text, same parameters,
+same order: they are built by the same functions of :mod:`.sql_apply`) and
+changes the hot copy exactly as :meth:`SQLiteConversations.apply
+<flowmem.stores.sqlite_programs.SQLiteConversations.apply>` does. Any other
+append goes on as the program from the statements already run
+(:meth:`~flowmem.stores.sqlite_programs.SQLiteConversations.opened`), so
+nothing is run twice. ``short=False`` runs every append as the program: the
+switch exists so that tests/test_sqlite_fast.py can check that both paths trace
+the same statements and give the same outcomes.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+from collections.abc import Sequence
+
+from ..messages import Message
+from ..plan import SLOT, AddEntry, AppendPlan, PendingCall, plan_append
+from ..scopes import StorageKey
+from ..store import AppendOutcome, Idempotency, plan_stats
+from .sql_apply import SAVE_UNCHECKED, PendingInRow, add_statements, save_statement
+from .sql_program import Execute, Statement, drive, encode
+from .sqlite_hot import HotBuffer, HotBuffers
+from .sqlite_programs import DATA_VERSION, VERSION, SQLiteConversations, hot_tail
+
+__all__ = ["executor", "run_append"]
+
+
+def executor(cursor: sqlite3.Cursor) -> Execute:
+    """The :data:`~flowmem.stores.sql_program.Execute` of a program on ``cursor``."""
+    return lambda sql, params: cursor.execute(sql, params).fetchall()
+
+
+def run_append(sql: SQLiteConversations, cursor: sqlite3.Cursor, key: StorageKey,
+               incoming: Sequence[Message], max_messages: int | None, serialized: bool,
+               idempotency: Idempotency | None, tail: int, *,
+               short: bool = True) -> AppendOutcome:
+    """One append in ``cursor``'s transaction (the arguments of
+    :meth:`SQLConversations.append <flowmem.stores.sql.SQLConversations.append>`): the
+    short path when it applies."""
+    hot = sql.hot
+    if not short or hot is None or idempotency is not None:
+        return drive(sql.append(key, incoming, max_messages, serialized, idempotency, tail),
+                     executor(cursor))
+    names = (key.scope, key.scope_id, key.key)
+    hot.observe(int(cursor.execute(*DATA_VERSION).fetchone()[0]))
+    buffer = hot.get(names)
+    if buffer is not None and not hot.current(buffer):  # another connection committed
+        buffer = sql.checked(names, buffer,
+                             cursor.execute(VERSION, (buffer.buffer_id,)).fetchall())
+    if buffer is not None:
+        plan = plan_append(buffer.view(), incoming)
+        if _short(plan, buffer, max_messages, tail):
+            return _apply(hot, buffer, plan, cursor, serialized, tail)
+    opening = sql.opened(key, incoming, buffer)  # on as the program, from here
+    return drive(sql.append(key, incoming, max_messages, serialized, None, tail, opening),
+                 executor(cursor))
+
+
+def _short(plan: AppendPlan, buffer: HotBuffer, max_messages: int | None, tail: int) -> bool:
+    """Whether the program would only add entries and read nothing more (the conditions of
+    :meth:`SQLiteConversations.apply` and ``tail_statements`` for a hot copy)."""
+    if plan.healed or plan.replaced:
+        return False
+    if max_messages is not None and buffer.count + plan.appended > max_messages:
+        return False  # the window evicts
+    return not tail or buffer.serves(tail)
+
+
+def _apply(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, cursor: sqlite3.Cursor,
+           serialized: bool, tail: int) -> AppendOutcome:
+    """:func:`~flowmem.stores.sql_apply.apply_plan` of an add-only plan on a hot copy,
+    then the copy's update (as :meth:`SQLiteConversations.apply` does)."""
+    buffer_id, pos, count = buffer.buffer_id, buffer.next_pos, buffer.count
+    # the copy's calls, or none when the plan neither answers nor opens one of them
+    pending = PendingInRow.of(buffer.pending.values()) if _touches(
+        plan, buffer.pending) else PendingInRow({})
+    version = random.getrandbits(62)  # drawn where the program draws it
+    queued: list[Statement] = []
+    added: list[tuple[int, str]] = []
+    for op in plan.ops:
+        assert isinstance(op, AddEntry)  # _short: nothing healed or replaced
+        body = encode(op.message)
+        queued += add_statements(buffer_id, pos, op, body, pending)
+        added.append((pos, body))
+        pos += SLOT
+    count += plan.appended
+    queued.append(save_statement(buffer_id, count, pos, SAVE_UNCHECKED,
+                                 pending.encode() if pending.changed else None, version))
+    execute = cursor.execute  # no rows to read: each statement runs whole in execute
+    for sql, params in queued:
+        execute(sql, params)
+    buffer.apply(plan, count, added)
+    buffer.version, buffer.checked = version, hot.version
+    page = hot_tail(buffer, tail, count) if tail else None
+    return AppendOutcome(count, plan.appended, serialized, plan_stats(plan), tail=page)
+
+
+def _touches(plan: AppendPlan, pending: dict[str, PendingCall]) -> bool:
+    """Whether an add-only plan answers or opens a call (changes the row's calls)."""
+    for op in plan.ops:
+        assert isinstance(op, AddEntry)
+        if op.opens or (op.answers is not None and op.answers in pending):
+            return True
+    return False
