@@ -18,7 +18,7 @@ from .app import create_app
 from .protocols import HEAD_DEADLINE, CoalescingTransport, DeadlineProtocol, protocol
 from .settings import Settings
 
-__all__ = ["HEAD_DEADLINE", "KEEP_ALIVE", "LOOPBACK_HOSTS", "CoalescingTransport",
+__all__ = ["GC_THRESHOLDS", "HEAD_DEADLINE", "KEEP_ALIVE", "LOOPBACK_HOSTS", "CoalescingTransport",
            "DeadlineProtocol", "allowed_hosts", "freeze_startup", "protocol", "serve"]
 
 KEEP_ALIVE: Final = 5
@@ -52,8 +52,17 @@ def serve(memory: AsyncMemory, settings: Settings, *, host: str, port: int,
                 timeout_keep_alive=KEEP_ALIVE, server_header=False)
 
 
+GC_THRESHOLDS: Final = (20_000, 50, 50)
+"""The collector's thresholds in a serving process (Python's: 700, 10, 10)."""
+
+
 def freeze_startup() -> None:
     """Freeze what is alive now (the imported modules, the app): it lives as long as the
-    process, and a full collection no longer walks it (5-20 ms a pass otherwise)."""
+    process, and a full collection no longer walks it (5-20 ms a pass otherwise). Then
+    collect young objects less often (:data:`GC_THRESHOLDS`): a turn allocates a few
+    thousand short-lived objects. In-process, 6,720 turns at 32 concurrent: 780-783
+    collections taking 193-212 ms of ~4.2 s of CPU with Python's thresholds, 179 taking
+    98-110 ms with these (three interleaved runs)."""
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
