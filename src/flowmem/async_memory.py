@@ -22,7 +22,6 @@ from typing import Any
 from .coordinator import (
     DEFAULT_IDEMPOTENCY_TTL,
     DEFAULT_LOCK_TIMEOUT,
-    NOT_ASKED,
     AsyncLoader,
     MemoryCore,
     Operation,
@@ -123,9 +122,14 @@ class AsyncMemory(MemoryCore):
         if isinstance(prepared, ScopedAppendResult):
             return prepared  # refused (MEM-7): no store call
         where, canonical, window, idempotency = prepared
-        outcome = await self.store.append(where, canonical, max_messages=window,
-                                  lock_timeout=self.lock_timeout, idempotency=idempotency,
-                                  **({"tail": tail} if tail else NOT_ASKED))
+        if tail:  # passed only when asked: a store older than the option keeps working
+            outcome = await self.store.append(where, canonical, max_messages=window,
+                                        lock_timeout=self.lock_timeout,
+                                        idempotency=idempotency, tail=tail)
+        else:
+            outcome = await self.store.append(where, canonical, max_messages=window,
+                                        lock_timeout=self.lock_timeout,
+                                        idempotency=idempotency)
         return self._append_result(where, outcome)
 
     async def history(self, scope: str, key: str, *, context: ExecutionContext | None,

@@ -17,8 +17,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
-from types import MappingProxyType
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, Final, TypeVar
 
 from .buffer import check_max_messages
@@ -42,7 +41,6 @@ __all__ = [
     "DEFAULT_IDEMPOTENCY_TTL",
     "DEFAULT_LOCK_TIMEOUT",
     "MAX_KEY_LENGTH",
-    "NOT_ASKED",
     "MemoryCore",
     "Operation",
     "StoreCall",
@@ -79,10 +77,6 @@ class StoreCall:
 
 Operation = Generator[StoreCall, Any, T]
 """A coordinator operation: yields store calls, receives their answers, returns the result."""
-
-NOT_ASKED: Final[Mapping[str, Any]] = MappingProxyType({})
-"""No extra store option: ``tail`` goes to a store only when asked for, so a store
-written before the option existed keeps working without it."""
 
 PreparedAppend = tuple[StorageKey, list[Message], int | None, Idempotency | None]
 """A located, validated append: where, the canonical messages, the window, the key."""

@@ -21,7 +21,6 @@ from .coordinator import (
     DEFAULT_IDEMPOTENCY_TTL,
     DEFAULT_LOCK_TIMEOUT,
     MAX_KEY_LENGTH,
-    NOT_ASKED,
     Loader,
     MemoryCore,
     Operation,
@@ -161,9 +160,14 @@ class Memory(MemoryCore):
         if isinstance(prepared, ScopedAppendResult):
             return prepared  # refused (MEM-7): no store call
         where, canonical, window, idempotency = prepared
-        outcome = self.store.append(where, canonical, max_messages=window,
-                                  lock_timeout=self.lock_timeout, idempotency=idempotency,
-                                  **({"tail": tail} if tail else NOT_ASKED))
+        if tail:  # passed only when asked: a store older than the option keeps working
+            outcome = self.store.append(where, canonical, max_messages=window,
+                                        lock_timeout=self.lock_timeout,
+                                        idempotency=idempotency, tail=tail)
+        else:
+            outcome = self.store.append(where, canonical, max_messages=window,
+                                        lock_timeout=self.lock_timeout,
+                                        idempotency=idempotency)
         return self._append_result(where, outcome)
 
     def history(self, scope: str, key: str, *, context: ExecutionContext | None,
