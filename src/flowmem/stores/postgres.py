@@ -85,7 +85,6 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
 from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
-from .postgres_binding import bound
 from .postgres_common import (
     COMMIT,
     EDIT_LOCK_TIMEOUT,
@@ -102,7 +101,7 @@ from .postgres_common import (
     mapped,
     unserialized,
 )
-from .postgres_prepared import Replay, Statements, Switch, answer
+from .postgres_prepared import Replay, RoundTrip, Statements, Switch
 from .postgres_schema import MIGRATIONS, migrate, quoted_schema, stored_version
 from .postgres_watchdog import Deadline, arm, disarm
 from .sql_program import Batch, Program, Rows, Statement, T, drive, encode
@@ -129,17 +128,15 @@ def _send(conn: Connection, switch: Switch, statements: Sequence[Statement],
     per-result bookkeeping (descriptions, row makers, the prepared-statement cache)
     cost more client CPU than the round trip's I/O.
     """
-    sending = conn.statements.plan(statements, switch)
-    sql = bound(conn, statements if sending is None else sending.statements, head)
+    trip = RoundTrip(conn, switch, statements, head)
     try:
         with conn.lock:
-            conn.pgconn.send_query(sql)
+            conn.pgconn.send_query(trip.sql)
             results = conn.wait(execute(conn.pgconn))
     except BaseException:
-        if sending is not None:
-            conn.statements.settle(sending, None)
+        trip.lost()
         raise
-    return answer(conn, results, head, sending, conn.statements, switch)
+    return trip.rows(results)
 
 
 def setup(options: PostgresOptions) -> None:

@@ -45,7 +45,6 @@ from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
 from .postgres import setup
-from .postgres_binding import bound
 from .postgres_common import (
     COMMIT,
     EDIT_LOCK_TIMEOUT,
@@ -60,7 +59,7 @@ from .postgres_common import (
     mapped,
     unserialized,
 )
-from .postgres_prepared import Replay, Statements, Switch, answer
+from .postgres_prepared import Replay, RoundTrip, Statements, Switch
 from .postgres_schema import quoted_schema
 from .postgres_watchdog import Deadline, arm, disarm
 from .sql_program import Batch, Program, Rows, Statement, T, adrive, encode
@@ -80,24 +79,16 @@ class Connection(psycopg.AsyncConnection[Row]):
 
 async def _send(conn: Connection, switch: Switch, statements: Sequence[Statement],
                 head: Begin | None = None) -> list[Rows]:
-    """Run ``head`` and ``statements`` in one round trip (prepared where ``switch`` and
-    the connection's cache say so); the rows of each.
-
-    Sent on the connection's own protocol handle, not through a cursor: a cursor's
-    per-result bookkeeping (descriptions, row makers, the prepared-statement cache)
-    cost more client CPU than the round trip's I/O.
-    """
-    sending = conn.statements.plan(statements, switch)
-    sql = bound(conn, statements if sending is None else sending.statements, head)
+    """As the blocking face's ``_send`` (:mod:`.postgres`), the answer awaited."""
+    trip = RoundTrip(conn, switch, statements, head)
     try:
         async with conn.lock:
-            conn.pgconn.send_query(sql)
+            conn.pgconn.send_query(trip.sql)
             results = await conn.wait(execute(conn.pgconn))
     except BaseException:  # a cancellation too: what ran is not known
-        if sending is not None:
-            conn.statements.settle(sending, None)
+        trip.lost()
         raise
-    return answer(conn, results, head, sending, conn.statements, switch)
+    return trip.rows(results)
 
 
 class AsyncPostgresStore:

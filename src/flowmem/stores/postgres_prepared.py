@@ -63,10 +63,12 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("psycopg", "postgres") from exc
 
+from .postgres_binding import bound
 from .postgres_common import Begin, rows_of
 from .sql_program import Rows, Statement
 
-__all__ = ["CAPACITY", "THRESHOLD", "Replay", "Sending", "Statements", "Switch", "answer"]
+__all__ = ["CAPACITY", "THRESHOLD", "Replay", "RoundTrip", "Sending", "Statements", "Switch",
+           "answer"]
 
 logger = logging.getLogger("flowmem")
 
@@ -249,6 +251,29 @@ def answer(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any], results
             raise Replay(f"PostgreSQL could not prepare a statement ({state}): {error}") from error
     rows = rows_of(conn, results)
     return [*rows[:count], *(rows[count + position] for position in sending.kept)]
+
+
+class RoundTrip:
+    """One round trip of either face, all but its I/O: :attr:`sql` is what to send;
+    :meth:`rows` reads the answer (:func:`answer`); :meth:`lost` says none came."""
+
+    __slots__ = ("cache", "conn", "head", "sending", "sql", "switch")
+
+    def __init__(self, conn: Any, switch: Switch, statements: Sequence[Statement],
+                 head: Begin | None) -> None:
+        self.conn, self.switch, self.head = conn, switch, head
+        self.cache: Statements = conn.statements
+        self.sending = self.cache.plan(statements, switch)
+        self.sql = bound(conn, statements if self.sending is None else self.sending.statements,
+                         head)
+
+    def lost(self) -> None:
+        """No answer came (an error, a cancellation): what ran is not known."""
+        if self.sending is not None:
+            self.cache.settle(self.sending, None)
+
+    def rows(self, results: Sequence[Any]) -> list[Rows]:
+        return answer(self.conn, results, self.head, self.sending, self.cache, self.switch)
 
 
 def _size(statements: Sequence[Statement]) -> int:
