@@ -33,7 +33,7 @@ from ..scopes import StorageKey
 from ..store import AppendOutcome, Idempotency, plan_stats
 from .sql_apply import SAVE_UNCHECKED, PendingInRow, add_statements, save_statement
 from .sql_program import Execute, Statement, drive, encode
-from .sqlite_hot import HotBuffer, HotBuffers
+from .sqlite_hot import HotBuffer, HotBuffers, adds_only
 from .sqlite_programs import DATA_VERSION, VERSION, SQLiteConversations, hot_tail
 
 __all__ = ["executor", "run_append"]
@@ -73,11 +73,7 @@ def run_append(sql: SQLiteConversations, cursor: sqlite3.Cursor, key: StorageKey
 def _short(plan: AppendPlan, buffer: HotBuffer, max_messages: int | None, tail: int) -> bool:
     """Whether the program would only add entries and read nothing more (the conditions of
     :meth:`SQLiteConversations.apply` and ``tail_statements`` for a hot copy)."""
-    if plan.healed or plan.replaced:
-        return False
-    if max_messages is not None and buffer.count + plan.appended > max_messages:
-        return False  # the window evicts
-    return not tail or buffer.serves(tail)
+    return adds_only(plan, buffer.count, max_messages) and (not tail or buffer.serves(tail))
 
 
 def _apply(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, cursor: sqlite3.Cursor,

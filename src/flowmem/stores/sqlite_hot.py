@@ -56,7 +56,8 @@ from ..pages import UNPARSED
 from ..plan import SLOT, AddEntry, AppendPlan, BufferView, HealTurn, PendingCall, ReplacePlaceholder
 from ..store import HistoryPage
 
-__all__ = ["CAPACITY", "MAX_MESSAGES", "MAX_THRESHOLD", "TAIL_KEEP", "HotBuffer", "HotBuffers"]
+__all__ = ["CAPACITY", "MAX_MESSAGES", "MAX_THRESHOLD", "TAIL_KEEP", "HotBuffer", "HotBuffers",
+           "adds_only"]
 
 Key = tuple[str, str, str]
 
@@ -145,6 +146,13 @@ class HotBuffer:
                     self.results[call] = True
                     self.pending.pop(call, None)
         self.next_pos, self.count = pos, count
+
+
+def adds_only(plan: AppendPlan, count: int, max_messages: int | None) -> bool:
+    """Whether ``plan`` on a buffer of ``count`` entries only appends: nothing healed or
+    replaced inside it, nothing evicted by the window (then a copy's tail stays known)."""
+    return not (plan.healed or plan.replaced) and (
+        max_messages is None or count + plan.appended <= max_messages)
 
 
 class HotBuffers:

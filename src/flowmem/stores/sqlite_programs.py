@@ -36,7 +36,7 @@ from ..store import HistoryPage
 from .sql import Program, SQLConversations, decode, view_from, view_parts
 from .sql_apply import SAVE_UNCHECKED, Applied, PendingInRow, Then, apply_plan
 from .sql_program import Rows, Statement
-from .sqlite_hot import HotBuffer, HotBuffers
+from .sqlite_hot import HotBuffer, HotBuffers, adds_only
 
 __all__ = ["DATA_VERSION", "VERSION", "SQLiteConversations", "hot_tail"]
 
@@ -148,8 +148,7 @@ class SQLiteConversations(SQLConversations):
         if pending is None:
             pending = PendingInRow.of(() if target is None else target[1].pending.values())
         # the hot copy's tail serves this append's only when the append just adds entries
-        quiet = not (plan.healed or plan.replaced) and (
-            max_messages is None or count + plan.appended <= max_messages)
+        quiet = adds_only(plan, count, max_messages)
         self._applying = target[1] if target is not None and quiet else None
         self._tail_known = False
         added: list[tuple[int, str]] = []
