@@ -25,11 +25,7 @@ planned against; the worst case costs a table read, never a wrong decision.
 Filling a copy reads the ids of the whole buffer (O(length), no bodies), so
 it is done only where it pays: a buffer this connection creates starts
 empty and complete; an existing buffer is filled after ``threshold``
-appends of this connection to it, and not before one append per
-:data:`FILL_RENT` entries has read its view instead (rent, then buy). So a
-process that appends a few messages to a long conversation never reads the
-whole of it, and a fill costs the appends that preceded it at most
-``FILL_RENT`` entries' reading each, whatever the length. Each time a copy is found stale the
+appends of this connection to it. Each time a copy is found stale the
 threshold doubles (up to :data:`MAX_THRESHOLD`), so buffers shared by busy
 writers settle on the indexed read instead of refilling. Bounds: at most :data:`CAPACITY` buffers
 per connection (least recently used first out), and a buffer longer than
@@ -60,8 +56,8 @@ from ..pages import UNPARSED
 from ..plan import SLOT, AddEntry, AppendPlan, BufferView, HealTurn, PendingCall, ReplacePlaceholder
 from ..store import HistoryPage
 
-__all__ = ["CAPACITY", "FILL_RENT", "MAX_MESSAGES", "MAX_THRESHOLD", "TAIL_KEEP", "HotBuffer",
-           "HotBuffers", "adds_only"]
+__all__ = ["CAPACITY", "MAX_MESSAGES", "MAX_THRESHOLD", "TAIL_KEEP", "HotBuffer", "HotBuffers",
+           "adds_only"]
 
 Key = tuple[str, str, str]
 
@@ -70,11 +66,6 @@ CAPACITY: Final = 64
 MAX_MESSAGES: Final = 250_000
 """A buffer longer than this is never copied (its ids would hold tens of MB)."""
 FIRST_THRESHOLD: Final = 2
-FILL_RENT: Final = 256
-"""Entries per append that must have read its view before a fill (see the module notes).
-On the 2-core development machine a fill reads about 0.5 µs an entry and an append
-without a copy costs about 50 µs more, so 256 entries (~130 µs) is about 2.5 such appends:
-a buffer of up to 767 entries is still copied at the first threshold's append."""
 MAX_THRESHOLD: Final = 4096
 TAIL_KEEP: Final = 100
 """The newest entries a hot buffer may know (:attr:`HotBuffer.tail`)."""
@@ -203,7 +194,7 @@ class HotBuffers:
         if count > MAX_MESSAGES:
             return False
         streak = self._streaks.get(key, 0) + 1
-        if streak < max(self.threshold, count // FILL_RENT):
+        if streak < self.threshold:
             if len(self._streaks) >= CAPACITY * 4:
                 self._streaks.clear()
             self._streaks[key] = streak
