@@ -1,0 +1,206 @@
+"""What flowmem's SQLite statements cost without flowmem: the budget left for its Python.
+
+``python bench/sqlite_statements.py [--messages 3000] [--rounds 3] [--callgrind]``
+
+Runs the seeded workload (``bench/workload.py``) at ``synchronous=normal``,
+one message per transaction, four ways in one process, interleaved:
+
+``floor``
+    the raw floor of ``bench.compare``: ``BEGIN``, one ``INSERT``, ``COMMIT``;
+``statements``
+    the statements flowmem's common SQLite append runs, on flowmem's schema
+    (the clustered ``messages`` table, the MEM-1 results index, the
+    conversation's row and its version trigger), from plain Python:
+    ``BEGIN IMMEDIATE``, ``PRAGMA data_version``, the ``INSERT``, the row's
+    ``UPDATE``, ``COMMIT`` — no validation, no plan, no lock;
+``head``
+    the same with the conversation's row kept as an entry of the
+    ``messages`` b-tree right after its newest entry (an idea, not flowmem's
+    schema): the row's page is then usually the page the ``INSERT`` wrote;
+``memory``
+    flowmem's own ``Memory.append``.
+
+It prints µs per message (CPU time of this process) and the pages each commit
+wrote (the WAL's growth, checkpoints off). ``--callgrind`` instead prints the
+instructions per message of each way (``valgrind``, repeatable whatever the
+load). The gap between ``statements`` and ``floor`` is what the schema costs;
+the gap between ``memory`` and ``statements`` is flowmem's Python. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import re
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.workload import DEFAULT_SEED, stream
+
+WAYS = ("floor", "statements", "head", "memory")
+HEAD = 1 << 62  # the head entry's position: after every real one
+_SCHEMA = (
+    "CREATE TABLE buffers (id INTEGER PRIMARY KEY, scope TEXT, scope_id TEXT, key TEXT, "
+    "count INTEGER, next_pos INTEGER, pending TEXT, version INTEGER, "
+    "UNIQUE (scope, scope_id, key))",
+    "CREATE TABLE messages (buffer_id INTEGER NOT NULL, pos INTEGER NOT NULL, "
+    "role TEXT NOT NULL, result_id TEXT, healed INTEGER NOT NULL DEFAULT 0, "
+    "body TEXT NOT NULL, PRIMARY KEY (buffer_id, pos)) WITHOUT ROWID",
+    "CREATE UNIQUE INDEX messages_result ON messages (buffer_id, result_id) "
+    "WHERE result_id IS NOT NULL",
+    "CREATE TRIGGER buffers_version AFTER UPDATE ON buffers WHEN NEW.version = OLD.version "
+    "BEGIN UPDATE buffers SET version = random() WHERE id = NEW.id; END",
+    "INSERT INTO buffers VALUES (1, 'session', 's', 'bench', 0, 0, '{}', 0)",
+)
+
+
+def _connect(path: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")  # pages are counted from the WAL's growth
+    return conn
+
+
+def _floor(path: str) -> Any:
+    conn = _connect(path)
+    conn.execute("CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation TEXT NOT NULL, "
+                 "body TEXT NOT NULL)")
+    conn.execute("CREATE INDEX messages_conversation ON messages (conversation, id)")
+    execute = conn.execute
+
+    def append(index: int, message: dict[str, Any]) -> None:
+        execute("BEGIN")
+        execute("INSERT INTO messages (conversation, body) VALUES (?, ?)",
+                ("bench", json.dumps(message)))
+        execute("COMMIT")
+    return append
+
+
+def _statements(path: str, head: bool) -> Any:
+    conn = _connect(path)
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    if head:
+        conn.execute("INSERT INTO messages (buffer_id, pos, role, body) VALUES (1, ?, 'head', '[]')",
+                     (HEAD,))
+    execute = conn.cursor().execute
+
+    def append(index: int, message: dict[str, Any]) -> None:
+        answered = message.get("tool_call_id")
+        result = f"{answered}/{index}" if answered else None  # unique: no MEM-1 refusal here
+        pos = index << 20
+        execute("BEGIN IMMEDIATE")
+        execute("PRAGMA data_version").fetchone()
+        execute("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
+                "VALUES (?, ?, ?, ?, 0, ?)", (1, pos, message["role"], result, json.dumps(message)))
+        version = random.getrandbits(62)
+        if head:
+            execute("UPDATE messages SET body = ? WHERE buffer_id = 1 AND pos = ?",
+                    (f"[{index + 1},{pos + (1 << 20)},{version}]", HEAD))
+        else:
+            execute("UPDATE buffers SET count = ?, next_pos = ?, version = ? WHERE id = ?",
+                    (index + 1, pos + (1 << 20), version, 1))
+        execute("COMMIT")
+    return append
+
+
+def _memory(path: str) -> Any:
+    from flowmem import ExecutionContext
+    from flowmem.memory import Memory
+
+    memory = Memory.from_url(f"sqlite:///{path}?synchronous=normal")
+    context = ExecutionContext(session_id="s")
+
+    def append(index: int, message: dict[str, Any]) -> None:
+        memory.append("session", "bench", message, context=context)
+    return append
+
+
+def _way(name: str, path: str) -> Any:
+    if name == "floor":
+        return _floor(path)
+    if name == "memory":
+        return _memory(path)
+    return _statements(path, head=name == "head")
+
+
+def run(name: str, messages: list[dict[str, Any]], warmup: int) -> tuple[float, float]:
+    """µs of CPU per message and WAL pages per commit of one way."""
+    with tempfile.TemporaryDirectory() as workdir:
+        path = f"{workdir}/{name}.db"
+        append = _way(name, path)
+        for index, message in enumerate(messages[:warmup]):
+            append(index, message)
+        wal = Path(path + "-wal")
+        before = wal.stat().st_size if wal.exists() else 0
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.process_time()
+            for index, message in enumerate(messages[warmup:], warmup):
+                append(index, message)
+            spent = time.process_time() - start
+        finally:
+            gc.enable()
+        timed = len(messages) - warmup
+        pages = (wal.stat().st_size - before) / (4096 + 24) / timed if name != "memory" else 0.0
+        return spent / timed * 1e6, pages
+
+
+def _instructions(name: str, messages: int, warmup: int) -> float:
+    counts = []
+    for count in (warmup + 1, warmup + messages):
+        with tempfile.TemporaryDirectory() as out:
+            subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg",
+                            sys.executable, __file__, "--child", name, "--messages", str(count),
+                            "--warmup", str(warmup)], check=True, capture_output=True,
+                           env={**os.environ, "PYTHONHASHSEED": "0"})
+            found = re.search(r"^(?:summary|totals):\s+(\d+)", Path(f"{out}/cg").read_text(), re.M)
+            assert found is not None
+            counts.append(int(found.group(1)))
+    return (counts[1] - counts[0]) / (messages - 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=3000)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--callgrind", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:  # one way's appends, for callgrind
+        workload = list(islice(stream(DEFAULT_SEED), args.messages))
+        with tempfile.TemporaryDirectory() as workdir:
+            append = _way(args.child, f"{workdir}/{args.child}.db")
+            for index, message in enumerate(workload):
+                append(index, message)
+        return
+    if args.callgrind:
+        for name in WAYS:
+            count = _instructions(name, args.messages, args.warmup)
+            print(f"{name:11} {count:10,.0f} instructions per message", flush=True)
+        return
+    workload = list(islice(stream(DEFAULT_SEED), args.warmup + args.messages))
+    for round_ in range(1, args.rounds + 1):
+        figures = {name: run(name, workload, args.warmup) for name in WAYS}
+        print(f"round {round_}: " + "  ".join(
+            f"{name} {us:5.1f} µs" + (f" ({pages:.2f} pages)" if pages else "")
+            for name, (us, pages) in figures.items()), flush=True)
+
+
+if __name__ == "__main__":
+    main()
