@@ -94,8 +94,8 @@ def _statements(path: str, head: bool) -> Any:
     for statement in _SCHEMA:
         conn.execute(statement)
     if head:
-        conn.execute("INSERT INTO messages (buffer_id, pos, role, body) VALUES (1, ?, 'head', '[]')",
-                     (HEAD,))
+        conn.execute("INSERT INTO messages (buffer_id, pos, role, body) "
+                     "VALUES (1, ?, 'head', '[]')", (HEAD,))
     execute = conn.cursor().execute
 
     def append(index: int, message: dict[str, Any]) -> None:
