@@ -25,7 +25,6 @@ import argparse
 import gc
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -37,6 +36,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.callgrind import per_item
 from bench.workload import DEFAULT_SEED, stream
 
 URLS = ("memory://", "sqlite:///{dir}/normal.db?synchronous=normal")
@@ -83,26 +83,12 @@ def _child(python: str, url: str, messages: int, warmup: int, with_gc: bool) -> 
 
 
 def _callgrind(python: str, url: str, messages: int, warmup: int, seed: str) -> float:
-    """Instructions per append: (run of warmup+messages) minus (run of warmup) / messages.
-
-    ``seed`` fixes ``PYTHONHASHSEED``: string hashing decides set orders, and with them
-    the SQLite path's counts vary by ±15 % from one seed to another.
-    """
-    counts = []
-    env = {**os.environ, "PYTHONHASHSEED": seed}
-    for n in (0, messages):
-        with tempfile.TemporaryDirectory() as out:
-            subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg",
-                            python, __file__, "--child", url, "--messages", str(max(n, 1)),
-                            "--warmup", str(warmup), "--generate", str(warmup + messages)],
-                           check=True, capture_output=True, text=True, cwd=Path(__file__).parent,
-                           env=env)
-            text = Path(f"{out}/cg").read_text()
-        found = re.search(r"^summary:\s+(\d+)", text, re.M) or re.search(
-            r"^totals:\s+(\d+)", text, re.M)
-        assert found is not None
-        counts.append(int(found.group(1)))
-    return (counts[1] - counts[0]) / (messages - 1)
+    """Instructions per append (:func:`bench.callgrind.per_item`): the run of ``warmup`` + 1
+    appends subtracted from the run of ``warmup + messages``."""
+    def child(n: int) -> list[str]:
+        return [python, __file__, "--child", url, "--messages", str(n), "--warmup", str(warmup),
+                "--generate", str(warmup + messages)]
+    return per_item(child, 1, messages, seed=seed, cwd=Path(__file__).parent)
 
 
 def main() -> None:

@@ -32,11 +32,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import random
-import re
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +44,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.callgrind import per_item
 from bench.workload import DEFAULT_SEED, stream
 
 WAYS = ("floor", "statements", "head", "memory")
@@ -161,17 +159,10 @@ def run(name: str, messages: list[dict[str, Any]], warmup: int) -> tuple[float, 
 
 
 def _instructions(name: str, messages: int, warmup: int) -> float:
-    counts = []
-    for count in (warmup + 1, warmup + messages):
-        with tempfile.TemporaryDirectory() as out:
-            subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg",
-                            sys.executable, __file__, "--child", name, "--messages", str(count),
-                            "--warmup", str(warmup)], check=True, capture_output=True,
-                           env={**os.environ, "PYTHONHASHSEED": "0"})
-            found = re.search(r"^(?:summary|totals):\s+(\d+)", Path(f"{out}/cg").read_text(), re.M)
-            assert found is not None
-            counts.append(int(found.group(1)))
-    return (counts[1] - counts[0]) / (messages - 1)
+    def child(n: int) -> list[str]:
+        return [sys.executable, __file__, "--child", name, "--messages", str(warmup + n),
+                "--generate", str(warmup + messages)]
+    return per_item(child, 1, messages)
 
 
 def main() -> None:
@@ -181,9 +172,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--callgrind", action="store_true")
     parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--generate", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:  # one way's appends, for callgrind
-        workload = list(islice(stream(DEFAULT_SEED), args.messages))
+        # as many made as the longer run appends, so the two runs differ by appends alone
+        workload = list(islice(stream(DEFAULT_SEED), max(args.generate, args.messages)))
+        workload = workload[:args.messages]
         with tempfile.TemporaryDirectory() as workdir:
             append = _way(args.child, f"{workdir}/{args.child}.db")
             for index, message in enumerate(workload):
