@@ -90,18 +90,19 @@ def _marks(items: Sequence[Any]) -> str:
 
 
 def view_parts(buffer: str, buffer_params: Sequence[Any], incoming: Sequence[Message],
-               *, pending: bool = True) -> tuple[list[str], list[Any]]:
+               *, pending: bool = True, results: str = "messages") -> tuple[list[str], list[Any]]:
     """The SELECTs of the planner's view (to be joined by UNION ALL) and their params.
 
     ``buffer`` is the SQL naming the buffer's id (``"?"`` with ``buffer_params``
     ``(id,)``, or a subquery); each row is ``(kind, id, first, second)``. ``pending=False``:
     not the unanswered calls (a backend keeping them in the buffer row has them).
+    ``results``: the table the results are read from, with a dialect's index hint.
     """
     ids = sorted(mentioned_ids(incoming))
     parts: list[str] = []
     params: list[Any] = []
     if ids:
-        parts += [f"SELECT 0, result_id, healed, 0 FROM messages WHERE buffer_id = {buffer} "
+        parts += [f"SELECT 0, result_id, healed, 0 FROM {results} WHERE buffer_id = {buffer} "
                   f"AND result_id IN ({_marks(ids)})",
                   f"SELECT 1, call_id, 0, 0 FROM calls WHERE buffer_id = {buffer} "
                   f"AND call_id IN ({_marks(ids)})"]

@@ -38,7 +38,7 @@ from .sql_apply import SAVE_UNCHECKED, Applied, PendingInRow, Then, apply_plan
 from .sql_program import Rows, Statement
 from .sqlite_hot import HotBuffer, HotBuffers, adds_only
 
-__all__ = ["DATA_VERSION", "VERSION", "SQLiteConversations", "hot_tail"]
+__all__ = ["DATA_VERSION", "RESULTS_BY_ID", "VERSION", "SQLiteConversations", "hot_tail"]
 
 _BUFFER_ROW: Final = ("WITH b AS (SELECT id, count, next_pos, pending FROM buffers "
                       "WHERE scope = ? AND scope_id = ? AND key = ?) "
@@ -48,6 +48,10 @@ DATA_VERSION: Final = ("PRAGMA data_version", ())
 """The statement telling whether another connection committed (:mod:`.sqlite_hot`)."""
 VERSION: Final = "SELECT version FROM buffers WHERE id = ?"
 """A hot copy's buffer row's version, read when another connection committed."""
+RESULTS_BY_ID: Final = "messages INDEXED BY messages_result"
+"""The MEM-1 results, read by id. Named, because SQLite's planner, without statistics
+(flowmem never runs ``ANALYZE``), takes the clustered key for three ids or more and
+scans the whole conversation: 23 ms at 100,000 entries instead of 20 µs."""
 _ALL_RESULTS: Final = ("SELECT result_id, healed FROM messages "
                        "WHERE buffer_id = ? AND result_id IS NOT NULL")
 _ALL_CALLS: Final = "SELECT call_id FROM calls WHERE buffer_id = ?"
@@ -187,7 +191,8 @@ class SQLiteConversations(SQLConversations):
     def _indexed(self, key: StorageKey,
                  incoming: Sequence[Message]) -> Program[tuple[Opened, bool]]:
         """The buffer row and the view in one statement; whether the buffer is new."""
-        parts, params = view_parts("(SELECT id FROM b)", (), incoming, pending=False)
+        parts, params = view_parts("(SELECT id FROM b)", (), incoming, pending=False,
+                                    results=RESULTS_BY_ID)
         rows = yield (" UNION ALL ".join([_BUFFER_ROW, *parts]),
                       [key.scope, key.scope_id, key.key, *params])
         head = [row for row in rows if row[0] == 3]

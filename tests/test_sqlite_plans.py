@@ -1,0 +1,93 @@
+"""Every statement of an SQLite append finds its rows by index (#14: an append's cost does
+not grow with the conversation). flowmem never runs ``ANALYZE``, so SQLite's planner works
+without statistics; these tests read its plans for the statements an append really runs
+(the indexed view, MEM-1 results by id, healing and late results), on a long buffer."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowmem.messages import Message, canonical_messages
+from flowmem.scopes import StorageKey
+from flowmem.stores import sqlite_fast
+from flowmem.stores.sqlite import SQLiteStore
+
+KEY = StorageKey("session", "s1", "chat")
+Statement = tuple[str, tuple[Any, ...]]
+
+
+def _turn(n: int, calls: int) -> list[Message]:
+    ids = [f"call_{n}_{i}" for i in range(calls)]
+    return [{"role": "user", "content": f"question {n}"},
+            {"role": "assistant", "content": None,
+             "tool_calls": [{"id": i, "type": "function",
+                             "function": {"name": "f", "arguments": "{}"}} for i in ids]},
+            *({"role": "tool", "tool_call_id": i, "content": "ok"} for i in ids)]
+
+
+@pytest.fixture
+def cold_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+               ) -> Iterator[tuple[SQLiteStore, list[Statement]]]:
+    """A store whose appends always read the view from the tables (no hot copy), with
+    every statement they run recorded."""
+    store = SQLiteStore(str(tmp_path / "plans.db"), synchronous="off")
+    for n in range(60):  # ~300 entries, 240 results: a clustered scan is the slow plan
+        store.append(KEY, canonical_messages(_turn(n, 3)), max_messages=None, lock_timeout=5)
+    store._programs().hot = None
+    seen: list[Statement] = []
+
+    def recording(cursor: sqlite3.Cursor) -> Any:
+        def execute(sql: str, params: Any) -> Any:
+            seen.append((sql, tuple(params)))
+            return cursor.execute(sql, params).fetchall()
+        return execute
+
+    monkeypatch.setattr(sqlite_fast, "executor", recording)
+    yield store, seen
+    store.close()
+
+
+def _plan(path: str, statement: Statement) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        return [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + statement[0],
+                                               statement[1])]
+
+
+def _scans_the_buffer(line: str) -> bool:
+    """A plan step that visits every message (or call) of the buffer: a scan, or a
+    search of a clustered key by its buffer alone."""
+    table = line.split()[1] if len(line.split()) > 1 else ""
+    return table in ("messages", "calls") and (
+        line.startswith("SCAN") or line.endswith("(buffer_id=?)"))
+
+
+@pytest.mark.parametrize("calls", [1, 3, 8])
+def test_mem1_results_are_read_by_id_however_many_an_append_mentions(
+        cold_store: tuple[SQLiteStore, list[Statement]], calls: int) -> None:
+    store, seen = cold_store
+    store.append(KEY, canonical_messages(_turn(100, calls)), max_messages=None,
+                 lock_timeout=5)
+    views = [s for s in seen if "result_id IN" in s[0]]
+    assert views, "the append read no results by id"
+    for statement in seen:
+        plan = _plan(store.path, statement)
+        assert not [line for line in plan if _scans_the_buffer(line)], (statement[0], plan)
+    assert any("messages_result" in line for line in _plan(store.path, views[0]))
+
+
+def test_a_late_result_and_a_healed_turn_search_by_index(
+        cold_store: tuple[SQLiteStore, list[Statement]]) -> None:
+    """MEM-3 healing, then MEM-10 the late result replacing its placeholder."""
+    store, seen = cold_store
+    turn = _turn(200, 3)
+    for messages in (turn[:3], [{"role": "user", "content": "next"}], turn[3:]):
+        store.append(KEY, canonical_messages(messages), max_messages=None, lock_timeout=5)
+    assert any(s[0].startswith("INSERT INTO messages") and "healed = 1" in s[0] for s in seen)
+    for statement in seen:
+        plan = _plan(store.path, statement)
+        assert not [line for line in plan if _scans_the_buffer(line)], (statement[0], plan)
