@@ -214,7 +214,9 @@ def test_an_append_executes_prepared_statements_in_two_round_trips(schema: str,
             assert proxy.count() - trips - 1 == 2  # (one more: server_statements' own)
             assert set(after) == set(before) == counted.client_names()
             executed = sum(after.values()) - sum(before.values())
-            assert executed >= 4, (before, after)  # the row, the view, the message, the save
+            # the row (with its unanswered calls: no view to read for a user message), the
+            # message, the save
+            assert executed >= 3, (before, after)
             assert counted.contents(key) == ["warm 0", "warm 1", "warm 2", "prepared"]
         finally:
             counted.close()

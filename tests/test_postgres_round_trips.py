@@ -36,7 +36,7 @@ from flowmem.store import AppendOutcome, Idempotency
 from flowmem.stores.postgres import PostgresStore
 from flowmem.stores.postgres_async import AsyncPostgresStore
 from flowmem.stores.sql import drive
-from flowmem.stores.sql_apply import apply_plan
+from flowmem.stores.sql_apply import PendingInRow, apply_plan
 from flowmem.testing import fresh_key
 from postgres_support import admin, close_face, throwaway_schema, with_options
 from round_trip_proxy import CountingProxy, through
@@ -247,7 +247,8 @@ def test_a_plan_the_rows_contradict_is_refused_on_sqlite(tmp_path: Any) -> None:
     for plan in _broken_plans():
         conn.execute("BEGIN IMMEDIATE")
         with pytest.raises(sqlite3.IntegrityError):
-            drive(apply_plan(buffer_id, 1, 2097152, plan, None, lambda c, a: []), execute)
+            drive(apply_plan(buffer_id, 1, 2097152, plan, None, lambda c, a: [],
+                             PendingInRow({})), execute)
         conn.execute("ROLLBACK")
     assert execute("SELECT count(*) FROM messages", ()) == [(1,)]
 
@@ -272,8 +273,8 @@ def test_a_plan_the_rows_contradict_is_refused_on_postgres(schema: tuple[str, st
             for plan in _broken_plans():
                 conn.execute("BEGIN")
                 with pytest.raises(Exception) as info:
-                    drive(apply_plan(buffer_id, 1, 2097152, plan, None, lambda c, a: []),
-                          execute)
+                    drive(apply_plan(buffer_id, 1, 2097152, plan, None, lambda c, a: [],
+                                     PendingInRow({})), execute)
                 assert getattr(info.value, "sqlstate", None) in ("23505", "23502")
                 conn.execute("ROLLBACK")
             assert execute("SELECT count(*) FROM messages", ()) == [(1,)]
@@ -286,7 +287,8 @@ def test_rows_that_contradict_the_plan_raise_store_error() -> None:
     stored = canonical_messages([result("c1")])[0]
     plan = AppendPlan((ReplacePlaceholder("c1", stored),), 0)
     with pytest.raises(StoreError, match="broken invariant"):
-        drive(apply_plan(1, 1, 2097152, plan, None, lambda c, a: []), lambda sql, p: [])
+        drive(apply_plan(1, 1, 2097152, plan, None, lambda c, a: [], PendingInRow({})),
+              lambda sql, p: [])
 
 
 def test_a_history_page_takes_one_round_trip(counted: Counted) -> None:

@@ -237,10 +237,11 @@ def test_mem12_connection_killed_mid_append_leaves_the_buffer_as_it_was(
         before = store.history(key)
         blocker = admin()
         blocker.execute("BEGIN")
-        # An uncommitted row on the pending key the append will need: it waits there,
-        # after inserting the user turn, the assistant turn and its call.
-        blocker.execute(f'INSERT INTO "{name}".pending VALUES (%s, %s, 0, 0)',
-                        (_buffer_id(name, key), "X"))
+        # An uncommitted row holding the result id the append will store (MEM-1's unique
+        # key): it waits there, after inserting the user turn, the assistant turn and its
+        # call.
+        blocker.execute(f'INSERT INTO "{name}".messages VALUES (%s, %s, %s, %s, 0, %s)',
+                        (_buffer_id(name, key), 1 << 60, "tool", "X", "{}"))
         failure: list[BaseException] = []
 
         def writer() -> None:

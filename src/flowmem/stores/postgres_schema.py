@@ -77,6 +77,20 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     );
     CREATE INDEX idempotency_expires ON idempotency (expires);
     """,
+    # 3: the unanswered calls move into their buffer's row, as on SQLite (schema 4 there;
+    # :class:`~flowmem.stores.sql_apply.PendingInRow`): a table whose every row is deleted
+    # soon after it is inserted left its index full of dead entries until a vacuum, and
+    # a healing append's read of them grew with the calls ever opened (autovacuum off:
+    # 3-6 ms at 100,000 messages). The row is rewritten by every append anyway.
+    """
+    ALTER TABLE buffers ADD COLUMN pending TEXT NOT NULL DEFAULT '{}';
+    UPDATE buffers AS b SET pending = p.calls
+        FROM (SELECT buffer_id,
+                     json_object_agg(call_id, json_build_array(turn_pos, ord))::text AS calls
+              FROM pending GROUP BY buffer_id) AS p
+        WHERE b.id = p.buffer_id;
+    DROP TABLE pending;
+    """,
 )
 """Schema migrations, in order; ``schema_version`` records each one applied.
 

@@ -3,12 +3,13 @@
 Tables (created by each backend's migrations)::
 
     kv(scope, scope_id, key, value)                      plain values
-    buffers(id, scope, scope_id, key, count, next_pos)   one row per conversation
+    buffers(id, scope, scope_id, key, count, next_pos, pending)
+                                                         one row per conversation; pending:
+                                                         its unanswered calls (JSON)
     messages(buffer_id, pos, role, result_id, healed, body)
         UNIQUE (buffer_id, pos)
         UNIQUE (buffer_id, result_id) WHERE result_id IS NOT NULL
     calls(buffer_id, call_id, turn_pos, ord)             every declaration
-    pending(buffer_id, call_id, turn_pos, ord)           unanswered calls
 
 Every statement an append runs is an indexed look-up or a bounded range scan;
 none reads the whole conversation. A result is written with one upsert on
@@ -38,10 +39,10 @@ from ..entries import derive_indexes, edit_entries
 from ..errors import IdempotencyConflict, KeyConflict
 from ..ids import is_healed
 from ..messages import Message
-from ..plan import AppendPlan, BufferView, PendingCall, mentioned_ids, needs_pending, plan_append
+from ..plan import AppendPlan, BufferView, PendingCall, mentioned_ids, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency, plan_stats
-from .sql_apply import Applied, Then, apply_plan
+from .sql_apply import Applied, PendingInRow, Then, apply_plan
 from .sql_program import (
     AsyncExecute,
     Batch,
@@ -79,7 +80,7 @@ _CLAIM: Final = (
     "expires = excluded.expires WHERE idempotency.expires < ? RETURNING 1"
 )
 _PURGE_ONE_IN: Final = 64  # expired idempotency records are purged by one write in 64
-_BUFFER_ROW: Final = ("SELECT id, count, next_pos FROM buffers "
+_BUFFER_ROW: Final = ("SELECT id, count, next_pos, pending FROM buffers "
                       "WHERE scope = ? AND scope_id = ? AND key = ?")
 _NEW_BUFFER: Final = ("INSERT INTO buffers (scope, scope_id, key) VALUES (?, ?, ?) "
                       "ON CONFLICT (scope, scope_id, key) DO NOTHING")
@@ -90,12 +91,13 @@ def _marks(items: Sequence[Any]) -> str:
 
 
 def view_parts(buffer: str, buffer_params: Sequence[Any], incoming: Sequence[Message],
-               *, pending: bool = True, results: str = "messages") -> tuple[list[str], list[Any]]:
-    """The SELECTs of the planner's view (to be joined by UNION ALL) and their params.
+               *, results: str = "messages") -> tuple[list[str], list[Any]]:
+    """The SELECTs of the planner's view (to be joined by UNION ALL) and their params: the
+    results and declarations of the ids ``incoming`` mentions (the unanswered calls are in
+    the buffer's row).
 
     ``buffer`` is the SQL naming the buffer's id (``"?"`` with ``buffer_params``
-    ``(id,)``, or a subquery); each row is ``(kind, id, first, second)``. ``pending=False``:
-    not the unanswered calls (a backend keeping them in the buffer row has them).
+    ``(id,)``, or a subquery); each row is ``(kind, id, 0 or healed, 0)``.
     ``results``: the table the results are read from, with a dialect's index hint.
     """
     ids = sorted(mentioned_ids(incoming))
@@ -107,25 +109,20 @@ def view_parts(buffer: str, buffer_params: Sequence[Any], incoming: Sequence[Mes
                   f"SELECT 1, call_id, 0, 0 FROM calls WHERE buffer_id = {buffer} "
                   f"AND call_id IN ({_marks(ids)})"]
         params += [*buffer_params, *ids, *buffer_params, *ids]
-    if pending and needs_pending(incoming):
-        parts.append(f"SELECT 2, call_id, turn_pos, ord FROM pending WHERE buffer_id = {buffer}")
-        params += buffer_params
     return parts, params
 
 
-def view_from(rows: Rows) -> BufferView:
-    """The :class:`BufferView` of the rows of :func:`view_parts`' statement."""
+def view_from(rows: Rows, pending: PendingInRow) -> BufferView:
+    """The :class:`BufferView` of the rows of :func:`view_parts`' statement and the
+    buffer row's unanswered calls."""
     results: dict[str, bool] = {}
     declared: set[str] = set()
-    pending: list[PendingCall] = []
-    for kind, call, first, second in rows:
+    for kind, call, first, _ in rows:
         if kind == 0:
             results[call] = bool(first)
-        elif kind == 1:
-            declared.add(call)
         else:
-            pending.append(PendingCall(call, int(first), int(second)))
-    return BufferView(results, declared, pending)
+            declared.add(call)
+    return BufferView(results, declared, pending.as_calls())
 
 
 class SQLConversations(Reads):
@@ -136,7 +133,7 @@ class SQLConversations(Reads):
     SQLite whose ``BEGIN IMMEDIATE`` already holds the write lock).
     """
 
-    index_tables: tuple[str, ...] = ("messages", "calls", "pending")  # a buffer's other rows
+    index_tables: tuple[str, ...] = ("messages", "calls")  # a buffer's other rows
 
     def __init__(self, *, lock_row: str = "") -> None:
         self.lock_row = lock_row
@@ -218,7 +215,7 @@ class SQLConversations(Reads):
             return closing
 
         count, appended, rows = yield from self.apply(buffer_id, count, next_pos, plan,
-                                                      max_messages, then)
+                                                      max_messages, then, view)
         page = self.tail_from(rows, tail, count) if tail else None
         return AppendOutcome(count, appended, serialized, plan_stats(plan), tail=page)
 
@@ -232,10 +229,12 @@ class SQLConversations(Reads):
         return self.as_page(rows[-1], tail, count)
 
     def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
-              max_messages: int | None, then: Then) -> Program[Applied]:
-        """Execute ``plan`` (:func:`~flowmem.stores.sql_apply.apply_plan`); a backend
-        that keeps a copy of the view learns what the plan did here."""
-        return (yield from apply_plan(buffer_id, count, next_pos, plan, max_messages, then))
+              max_messages: int | None, then: Then, view: BufferView) -> Program[Applied]:
+        """Execute ``plan``, planned on ``view``
+        (:func:`~flowmem.stores.sql_apply.apply_plan`); a backend that keeps a copy of the
+        view learns what the plan did here."""
+        return (yield from apply_plan(buffer_id, count, next_pos, plan, max_messages, then,
+                                      PendingInRow.of(view.pending)))
 
     # -- idempotency keys (recorded in the transaction of the change they guard) ----
     @staticmethod
@@ -343,14 +342,14 @@ class SQLConversations(Reads):
                 (_NEW_BUFFER, where), (_BUFFER_ROW + self.lock_row, where), *view))
             if value:
                 raise KeyConflict(f"key {key.key!r} holds a plain value, not a conversation")
-        buffer_id, count, next_pos = row[0]
+        buffer_id, count, next_pos, pending = row[0]
         return (int(buffer_id), int(count), int(next_pos),
-                view_from(view_rows[0] if view_rows else []))
+                view_from(view_rows[0] if view_rows else [], PendingInRow.decode(pending)))
 
     @staticmethod
     def _view_statements(key: StorageKey, incoming: Sequence[Message]) -> list[Statement]:
         """The planner's view in (at most) one statement: results and declarations of the
-        ids ``incoming`` mentions, and the pending calls when it heals (indexed look-ups)."""
+        ids ``incoming`` mentions (indexed look-ups)."""
         parts, params = view_parts(_BUFFER_ID, (key.scope, key.scope_id, key.key), incoming)
         return [(" UNION ALL ".join(parts), params)] if parts else []
 
@@ -389,7 +388,5 @@ class SQLConversations(Reads):
     def save_rewritten(buffer_id: int, count: int,
                        pending: Sequence[PendingCall]) -> Program[None]:
         """The unanswered calls and the count of a rewritten buffer."""
-        for call in pending:
-            yield ("INSERT INTO pending (buffer_id, call_id, turn_pos, ord) VALUES (?, ?, ?, ?)",
-                   (buffer_id, call.call_id, call.turn, call.order))
-        yield ("UPDATE buffers SET count = ? WHERE id = ?", (count, buffer_id))
+        yield ("UPDATE buffers SET count = ?, pending = ? WHERE id = ?",
+               (count, PendingInRow.of(pending).encode(), buffer_id))

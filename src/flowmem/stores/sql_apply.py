@@ -61,7 +61,6 @@ _REPLACE: Final = (
     "ON CONFLICT (buffer_id, result_id) WHERE result_id IS NOT NULL DO UPDATE "
     "SET body = excluded.body, healed = 0 RETURNING pos"
 )
-_UNPEND: Final = "DELETE FROM pending WHERE buffer_id = ? AND call_id = ?"
 SAVE: Final = "UPDATE buffers SET count = ?, next_pos = ? WHERE id = ? RETURNING 1"
 """The buffer row's new count and next position; its one row is checked."""
 SAVE_UNCHECKED: Final = "UPDATE buffers SET count = ?, next_pos = ? WHERE id = ?"
@@ -79,11 +78,11 @@ _SAVE_PENDING_VERSIONED: Final = ("UPDATE buffers SET count = ?, next_pos = ?, p
                                   "version = ? WHERE id = ?")
 _PENDING_AGAIN: Final = (  # after a window cut: a call's first declaration left, if unanswered
     "SELECT c.call_id, c.turn_pos, c.ord FROM calls AS c WHERE c.buffer_id = ? "
-    "AND c.call_id IN ({marks}) AND c.turn_pos > ? "
+    "AND c.call_id IN ({touched}) AND c.turn_pos > {cut} "
     "AND c.turn_pos = (SELECT min(turn_pos) FROM calls AS d "
-    "WHERE d.buffer_id = c.buffer_id AND d.call_id = c.call_id AND d.turn_pos > ?) "
+    "WHERE d.buffer_id = c.buffer_id AND d.call_id = c.call_id AND d.turn_pos > {cut}) "
     "AND NOT EXISTS (SELECT 1 FROM messages AS m "
-    "WHERE m.buffer_id = c.buffer_id AND m.result_id = c.call_id AND m.pos > ?)"
+    "WHERE m.buffer_id = c.buffer_id AND m.result_id = c.call_id AND m.pos > {cut})"
 )
 
 Then = Callable[[int, int], Sequence[Statement]]
@@ -125,6 +124,10 @@ class PendingInRow:
     def encode(self) -> str:
         return encode(self.calls)  # a pair is encoded as a JSON array
 
+    def as_calls(self) -> list[PendingCall]:
+        """The calls as the planner's view holds them."""
+        return [PendingCall(call, turn, order) for call, (turn, order) in self.calls.items()]
+
     def answer(self, call: str) -> None:
         if self.calls.pop(call, None) is not None:
             self.changed = True
@@ -135,9 +138,8 @@ class PendingInRow:
 
 
 def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
-               max_messages: int | None, then: Then,
+               max_messages: int | None, then: Then, pending: PendingInRow,
                save: str = SAVE,
-               pending: PendingInRow | None = None,
                added: list[tuple[int, str]] | None = None,
                version: int | None = None) -> Program[Applied]:
     """Execute ``plan``, the window and ``then``'s statements; returns ``(count, appended,
@@ -145,9 +147,10 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
 
     Ends the program: its last step is a final :class:`Batch`. ``save`` is the
     statement that stores the buffer row (:data:`SAVE` or :data:`SAVE_UNCHECKED`);
-    ``pending``: the unanswered calls are kept in the row (:class:`PendingInRow`),
-    not in the ``pending`` table. ``added`` receives ``(position, JSON text)`` of each
-    entry an :class:`~flowmem.plan.AddEntry` inserts, in order. ``version``: the buffer
+    ``pending``: the unanswered calls the plan was made with, as the row keeps them
+    (:class:`PendingInRow`; saved with the row when the plan changes them). ``added``
+    receives ``(position, JSON text)`` of each entry an :class:`~flowmem.plan.AddEntry`
+    inserts, in order. ``version``: the buffer
     row's new version (SQLite's ``buffers.version``; with :data:`SAVE_UNCHECKED` only).
     """
     queued: list[Statement] = []
@@ -175,7 +178,7 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
         removed, queued = yield from evict(buffer_id, count - max_messages, queued, pending)
         count -= removed
     queued.append(save_statement(buffer_id, count, next_pos, save,
-                        pending.encode() if pending is not None and pending.changed else None,
+                        pending.encode() if pending.changed else None,
                         version))
     closing = then(count, appended)
     queued += closing
@@ -213,49 +216,39 @@ def _send(statements: list[Statement], *, final: bool = False,
 
 
 def add_statements(buffer_id: int, pos: int, op: AddEntry, body: str,
-                   pending: PendingInRow | None) -> list[Statement]:
+                   pending: PendingInRow) -> list[Statement]:
     """The statements inserting ``op``'s entry (JSON ``body``) at ``pos`` and indexing it;
-    with ``pending`` (kept in the row) the calls it answers and opens change there."""
+    the calls it answers and opens change in ``pending`` (kept in the row)."""
     if op.answers is None:
         statements: list[Statement] = [(_INSERT_ENTRY, (buffer_id, pos, op.message["role"],
                                                          None, 0, body))]
     else:
         statements = [(_INSERT_ENTRY, (buffer_id, pos, "tool", op.answers, int(op.healed), body))]
-        if pending is None:
-            statements.append((_UNPEND, (buffer_id, op.answers)))
-        else:
-            pending.answer(op.answers)
+        pending.answer(op.answers)
     if op.declares:
-        statements += _insert_calls("calls", buffer_id, pos, list(enumerate(op.declares)))
-    if pending is None:
-        statements += _insert_calls("pending", buffer_id, pos,
-                                    [(order, c) for c, order in op.opens])
-    else:
-        for call, order in op.opens:
-            pending.open(call, pos, order)
+        statements.append(_insert_calls(buffer_id, pos, op.declares))
+    for call, order in op.opens:
+        pending.open(call, pos, order)
     return statements
 
 
-def _insert_calls(table: str, buffer_id: int, pos: int,
-                  calls: list[tuple[int, str]]) -> list[Statement]:
-    """One multi-row insert of a turn's declarations (or its new pending calls)."""
-    if not calls:
-        return []
-    params = [value for order, call in calls for value in (buffer_id, call, pos, order)]
-    return [(_calls_sql(table, len(calls)), params)]
+def _insert_calls(buffer_id: int, pos: int, calls: Sequence[str]) -> Statement:
+    """One multi-row insert of a turn's declarations."""
+    params = [value for order, call in enumerate(calls) for value in (buffer_id, call, pos, order)]
+    return _calls_sql(len(calls)), params
 
 
 @lru_cache(maxsize=64)
-def _calls_sql(table: str, rows: int) -> str:
+def _calls_sql(rows: int) -> str:
     """The text of :func:`_insert_calls`' statement (the same object each time: a driver's
     statement cache finds it without hashing a new text)."""
     values = ", ".join("(?, ?, ?, ?)" for _ in range(rows))
-    return (f"INSERT INTO {table} (buffer_id, call_id, turn_pos, ord) VALUES {values} "
+    return (f"INSERT INTO calls (buffer_id, call_id, turn_pos, ord) VALUES {values} "
             "ON CONFLICT DO NOTHING")
 
 
 def _heal(buffer_id: int, turn: int, call_ids: Sequence[str],
-          pending: PendingInRow | None) -> Program[list[Statement]]:
+          pending: PendingInRow) -> Program[list[Statement]]:
     """The statements of the placeholders after ``turn``'s block of results (MEM-3)."""
     end = yield (_BLOCK_END, (buffer_id, buffer_id, turn))
     base = int(end[0][0])
@@ -263,23 +256,23 @@ def _heal(buffer_id: int, turn: int, call_ids: Sequence[str],
     for offset, call in enumerate(call_ids, start=1):
         statements.append((_INSERT_ENTRY, (buffer_id, base + offset, "tool", call, 1,
                                            encode(healed_placeholder(call)))))
-        if pending is None:
-            statements.append((_UNPEND, (buffer_id, call)))
-        else:
-            pending.answer(call)
+        pending.answer(call)
     return statements
 
 
 def evict(buffer_id: int, excess: int, before: list[Statement],
-          pending: PendingInRow | None = None) -> Program[tuple[int, list[Statement]]]:
+          pending: PendingInRow) -> Program[tuple[int, list[Statement]]]:
     """The window, exactly as :mod:`flowmem.buffer` defines it: sends ``before``, then
     reads what the ``excess`` oldest entries take with them (one batch); returns how
-    many rows go and the statements that remove them (for the last batch). With
-    ``pending`` (kept in the row), the calls pending again are read here (one more
-    statement) and set in it."""
+    many rows go and the statements that remove them (for the last batch). The calls
+    pending again (their declaration in the cut, or their result, left; a later
+    declaration stays, unanswered) are read in the same batch and set in ``pending``."""
     cut = "(SELECT pos FROM messages WHERE buffer_id = ? ORDER BY pos LIMIT 1 OFFSET ?)"
     at = (buffer_id, excess - 1)
     evicted = f"(SELECT call_id FROM calls WHERE buffer_id = ? AND turn_pos <= {cut})"
+    touched_ids = (f"SELECT call_id FROM calls WHERE buffer_id = ? AND turn_pos <= {cut} "
+                   f"UNION SELECT result_id FROM messages WHERE buffer_id = ? AND pos <= {cut} "
+                   "AND result_id IS NOT NULL")
     answers = yield from _send([
         *before,
         (cut[1:-1], at),
@@ -291,37 +284,23 @@ def evict(buffer_id: int, excess: int, before: list[Statement],
          f"AND call_id IN {evicted}", (buffer_id, *at, buffer_id, *at)),
         (f"SELECT result_id FROM messages WHERE buffer_id = ? AND pos > {cut} "
          f"AND result_id IN {evicted}", (buffer_id, *at, buffer_id, *at)),
+        (_PENDING_AGAIN.format(touched=touched_ids, cut=cut),
+         (buffer_id, buffer_id, *at, buffer_id, *at, *at, *at, *at)),
     ])
-    cutoff_rows, affected_rows, declared_rows, kept_rows, results_rows = answers[-5:]
+    cutoff_rows, affected_rows, declared_rows, kept_rows, results_rows, again = answers[-6:]
     cutoff = int(cutoff_rows[0][0])
     declared = {row[0] for row in declared_rows}
     orphans = sorted(declared - {row[0] for row in kept_rows})  # no declaration is left
-    touched = sorted({row[0] for row in affected_rows} | declared)
+    for call in {row[0] for row in affected_rows} | declared:
+        pending.answer(call)
+    for call, turn, order in again:
+        pending.open(call, int(turn), int(order))
     statements: list[Statement] = [
         ("DELETE FROM messages WHERE buffer_id = ? AND pos <= ?", (buffer_id, cutoff)),
         ("DELETE FROM calls WHERE buffer_id = ? AND turn_pos <= ?", (buffer_id, cutoff))]
     if orphans:
         statements.append((f"DELETE FROM messages WHERE buffer_id = ? AND result_id IN "
                             f"({_marks(orphans)})", (buffer_id, *orphans)))
-    if touched and pending is not None:
-        for call in touched:
-            pending.answer(call)
-        again = yield (_PENDING_AGAIN.format(marks=_marks(touched)),
-                       (buffer_id, *touched, cutoff, cutoff, cutoff))
-        for call, turn, order in again:
-            pending.open(call, int(turn), int(order))
-    elif touched:  # each one's pending call again: its first declaration left, if unanswered
-        statements += [
-            (f"DELETE FROM pending WHERE buffer_id = ? AND call_id IN ({_marks(touched)})",
-             (buffer_id, *touched)),
-            ("INSERT INTO pending (buffer_id, call_id, turn_pos, ord) "
-             "SELECT c.buffer_id, c.call_id, c.turn_pos, c.ord FROM calls AS c "
-             f"WHERE c.buffer_id = ? AND c.call_id IN ({_marks(touched)}) "
-             "AND c.turn_pos = (SELECT min(turn_pos) FROM calls AS d "
-             "WHERE d.buffer_id = c.buffer_id AND d.call_id = c.call_id) "
-             "AND NOT EXISTS (SELECT 1 FROM messages AS m "
-             "WHERE m.buffer_id = c.buffer_id AND m.result_id = c.call_id)",
-             (buffer_id, *touched))]
     orphaned = sum(1 for row in results_rows if row[0] in set(orphans))
     return excess + orphaned, statements
 

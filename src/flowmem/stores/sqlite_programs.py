@@ -30,7 +30,7 @@ from typing import Any, Final
 from ..errors import StoreError
 from ..messages import Message
 from ..pages import UNPARSED
-from ..plan import AppendPlan, BufferView, PendingCall
+from ..plan import AppendPlan, BufferView
 from ..scopes import StorageKey
 from ..store import HistoryPage
 from .sql import Program, SQLConversations, decode, view_from, view_parts
@@ -70,30 +70,20 @@ class SQLiteConversations(SQLConversations):
     """The shared programs, with :meth:`open_and_view` in one statement (or none).
 
     ``hot`` is the hot-buffer copy of the ONE connection these programs run
-    on (``None``: always read the view). The unanswered calls are kept in the
-    buffer row (schema 4, :class:`~flowmem.stores.sql_apply.PendingInRow`).
+    on (``None``: always read the view).
     """
-
-    index_tables = ("messages", "calls")  # the unanswered calls are in the buffer row
 
     def __init__(self, hot: HotBuffers | None = None) -> None:
         super().__init__()
         self.hot = hot
         self._target: tuple[tuple[str, str, str], HotBuffer] | None = None
-        self._pending: PendingInRow | None = None  # the opened buffer's, for apply
         self._applying: HotBuffer | None = None  # the hot buffer of the append under way
         self._tail_known = False  # whether its tail comes from the hot copy
-
-    @staticmethod
-    def save_rewritten(buffer_id: int, count: int,
-                       pending: Sequence[PendingCall]) -> Program[None]:
-        yield ("UPDATE buffers SET count = ?, pending = ? WHERE id = ?",
-               (count, PendingInRow.of(pending).encode(), buffer_id))
 
     def forget_hot(self, key: StorageKey | None = None) -> None:
         """Drop the hot copy of ``key`` (a write, delete or edit of it), or all of them
         (the transaction, or a savepoint of it, was rolled back)."""
-        self._target = self._pending = self._applying = None
+        self._target = self._applying = None
         self._tail_known = False
         if self.hot is not None:
             if key is None:
@@ -142,15 +132,11 @@ class SQLiteConversations(SQLConversations):
             else:
                 return opened
         self._target = (names, buffer)
-        self._pending = None  # the hot copy's calls, when the plan needs them
         return buffer.buffer_id, buffer.count, buffer.next_pos, buffer.view()
 
     def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
-              max_messages: int | None, then: Then) -> Program[Applied]:
+              max_messages: int | None, then: Then, view: BufferView) -> Program[Applied]:
         target, self._target = self._target, None
-        pending, self._pending = self._pending, None
-        if pending is None:
-            pending = PendingInRow.of(() if target is None else target[1].pending.values())
         # the hot copy's tail serves this append's only when the append just adds entries
         quiet = adds_only(plan, count, max_messages)
         self._applying = target[1] if target is not None and quiet else None
@@ -159,7 +145,8 @@ class SQLiteConversations(SQLConversations):
         version = random.getrandbits(62)  # every change of a buffer gives its row a new one
         # the row was read (or known hot) under this transaction's write lock: no check
         done = yield from apply_plan(buffer_id, count, next_pos, plan, max_messages, then,
-                                     SAVE_UNCHECKED, pending, added, version)
+                                     PendingInRow.of(view.pending), SAVE_UNCHECKED, added,
+                                     version)
         if target is not None and self.hot is not None:
             names, buffer = target
             if done[:2] == (count + plan.appended + plan.healed, plan.appended):
@@ -191,20 +178,17 @@ class SQLiteConversations(SQLConversations):
     def _indexed(self, key: StorageKey,
                  incoming: Sequence[Message]) -> Program[tuple[Opened, bool]]:
         """The buffer row and the view in one statement; whether the buffer is new."""
-        parts, params = view_parts("(SELECT id FROM b)", (), incoming, pending=False,
-                                    results=RESULTS_BY_ID)
+        parts, params = view_parts("(SELECT id FROM b)", (), incoming, results=RESULTS_BY_ID)
         rows = yield (" UNION ALL ".join([_BUFFER_ROW, *parts]),
                       [key.scope, key.scope_id, key.key, *params])
         head = [row for row in rows if row[0] == 3]
         if not head:  # a new buffer (or a value: open_buffer refuses it); nothing to view
             buffer_id, count, next_pos = yield from self.open_buffer(key)
-            self._pending = PendingInRow({})
             return (buffer_id, count, next_pos, BufferView()), True
         _, buffer_id, count, next_pos = head[0]
-        pending = self._pending = PendingInRow.decode(next(r[1] for r in rows if r[0] == 4))
-        view = view_from([row for row in rows if row[0] < 3])
-        return (int(buffer_id), int(count), int(next_pos),
-                BufferView(view.results, view.declared, _pending_calls(pending))), False
+        pending = PendingInRow.decode(next(r[1] for r in rows if r[0] == 4))
+        view = view_from([row for row in rows if row[0] < 3], pending)
+        return (int(buffer_id), int(count), int(next_pos), view), False
 
     @staticmethod
     def _fill(buffer_id: int, count: int, next_pos: int) -> Program[HotBuffer]:
@@ -215,7 +199,7 @@ class SQLiteConversations(SQLConversations):
         return HotBuffer(buffer_id, count, next_pos,
                          {call: bool(healed) for call, healed in results},
                          {row[0] for row in calls},
-                         {p.call_id: p for p in _pending_calls(PendingInRow.decode(text))})
+                         {p.call_id: p for p in PendingInRow.decode(text).as_calls()})
 
     def read(self, key: StorageKey) -> Program[tuple[bool, Any]]:
         """The value, else the conversation: one statement when the key holds a value
@@ -267,10 +251,6 @@ def hot_tail(buffer: HotBuffer, tail: int, count: int) -> HistoryPage:
         raise StoreError("the hot copy's tail does not match the append "
                          "(a broken invariant); nothing was stored")
     return page
-
-
-def _pending_calls(pending: PendingInRow) -> list[PendingCall]:
-    return [PendingCall(call, turn, order) for call, (turn, order) in pending.calls.items()]
 
 
 def oldest_first(positions: list[int], bodies: list[Any]) -> tuple[list[int], list[Any]]:
