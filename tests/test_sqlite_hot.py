@@ -15,13 +15,17 @@ from typing import Any
 
 import pytest
 
+from flowmem.entries import derive_indexes
 from flowmem.errors import StoreError
-from flowmem.ids import result_id
+from flowmem.ids import is_healed, result_id
 from flowmem.messages import HEALED_CONTENT, Message, canonical_messages
 from flowmem.plan import PendingCall
 from flowmem.scopes import StorageKey
 from flowmem.store import AppendOutcome, HistoryPage
+from flowmem.stores import sqlite_programs
+from flowmem.stores.sql import drive
 from flowmem.stores.sqlite import SQLiteStore
+from flowmem.stores.sqlite_fast import executor
 from flowmem.stores.sqlite_hot import CAPACITY, MAX_MESSAGES, MAX_THRESHOLD, HotBuffer, HotBuffers
 from flowmem.testing import store_model_test
 
@@ -321,3 +325,32 @@ def test_a_change_that_keeps_the_version_still_drops_the_copy(tmp_path: Path) ->
 
 def _append_to(store: SQLiteStore, key: StorageKey, text: str) -> None:
     store.append(key, canonical_messages([_user(text)]), max_messages=None, lock_timeout=5.0)
+
+
+@pytest.mark.parametrize("json1", [True, False], ids=["json1", "rows"])
+def test_a_fill_is_the_view_the_entries_derive(tmp_path: Path, json1: bool,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection's copy of a buffer another connection wrote (schema 6: results and
+    placeholders read from their indexes) holds exactly what the entries derive: every
+    result (MEM-1) and whether it is a placeholder (MEM-3, MEM-10), every declaration
+    (MEM-2), the unanswered calls — with SQLite's JSON functions and without them."""
+    monkeypatch.setattr(sqlite_programs, "has_json1", lambda: json1)
+    writer, reader = SQLiteStore(str(tmp_path / "f.db")), SQLiteStore(str(tmp_path / "f.db"))
+    for messages in ([_user("q"), _call("c1", "c2", "c3"), _result("c1")],
+                     [_user()],  # MEM-3: c2 and c3 healed
+                     [_result("c2", "late")],  # MEM-10: c2's placeholder replaced
+                     [_call("c4"), _call("c1")]):  # c4 unanswered, c1 declared again
+        _append(writer, *messages)
+    page = writer.history(KEY)
+    derived = derive_indexes(zip(page.positions, page.messages, strict=True))
+    (buffer_id,), = sqlite3.connect(tmp_path / "f.db").execute("SELECT id FROM buffers")
+    copy = reader._within(lambda cursor: drive(
+        reader._programs()._fill(buffer_id, page.total, 0), executor(cursor)), "DEFERRED")
+    assert copy.results == {call: is_healed(page.messages[page.positions.index(spots[0])])
+                            for call, spots in derived.results.items()}
+    assert copy.results == {"c1": False, "c2": False, "c3": True}
+    assert copy.declared == set(derived.calls) == {"c1", "c2", "c3", "c4"}
+    assert list(copy.pending.values()) == derived.pending
+    assert [call.call_id for call in derived.pending] == ["c4"]
+    writer.close()
+    reader.close()

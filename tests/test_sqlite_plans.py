@@ -16,6 +16,7 @@ from flowmem.messages import Message, canonical_messages
 from flowmem.scopes import StorageKey
 from flowmem.stores import sqlite_fast
 from flowmem.stores.sqlite import SQLiteStore
+from flowmem.stores.sqlite_programs import _FILL_JSON, _FILL_ROWS
 
 KEY = StorageKey("session", "s1", "chat")
 Statement = tuple[str, tuple[Any, ...]]
@@ -91,3 +92,16 @@ def test_a_late_result_and_a_healed_turn_search_by_index(
     for statement in seen:
         plan = _plan(store.path, statement)
         assert not [line for line in plan if _scans_the_buffer(line)], (statement[0], plan)
+
+
+@pytest.mark.parametrize("statement", [_FILL_JSON, _FILL_ROWS], ids=["json1", "rows"])
+def test_a_fill_reads_the_ids_from_indexes_never_the_bodies(
+        cold_store: tuple[SQLiteStore, list[Statement]], statement: str) -> None:
+    """Filling a connection's copy of a buffer is O(length) by design, but of ids only:
+    the results' index (MEM-1), the placeholders' (MEM-3, schema 6) and the calls' key."""
+    store, _ = cold_store
+    plan = _plan(store.path, (statement, (1, 1, 1, 1)))
+    on_messages = [line for line in plan if line.split()[1:2] == ["messages"]]
+    assert len(on_messages) == 2, plan
+    assert "COVERING INDEX messages_result" in on_messages[0]
+    assert "INDEX messages_healed" in on_messages[1]

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import json
 import random
+import sqlite3
 from collections.abc import Sequence
+from functools import cache
 from typing import Any, Final
 
 from ..errors import StoreError
@@ -38,7 +40,8 @@ from .sql_apply import SAVE_UNCHECKED, Applied, PendingInRow, Then, apply_plan
 from .sql_program import Rows, Statement
 from .sqlite_hot import HotBuffer, HotBuffers, adds_only
 
-__all__ = ["DATA_VERSION", "RESULTS_BY_ID", "VERSION", "SQLiteConversations", "hot_tail"]
+__all__ = ["DATA_VERSION", "RESULTS_BY_ID", "VERSION", "SQLiteConversations", "has_json1",
+           "hot_tail"]
 
 _BUFFER_ROW: Final = ("WITH b AS (SELECT id, count, next_pos, pending FROM buffers "
                       "WHERE scope = ? AND scope_id = ? AND key = ?) "
@@ -52,10 +55,21 @@ RESULTS_BY_ID: Final = "messages INDEXED BY messages_result"
 """The MEM-1 results, read by id. Named, because SQLite's planner, without statistics
 (flowmem never runs ``ANALYZE``), takes the clustered key for three ids or more and
 scans the whole conversation: 23 ms at 100,000 entries instead of 20 µs."""
-_ALL_RESULTS: Final = ("SELECT result_id, healed FROM messages "
-                       "WHERE buffer_id = ? AND result_id IS NOT NULL")
-_ALL_CALLS: Final = "SELECT call_id FROM calls WHERE buffer_id = ?"
-_ALL_PENDING: Final = "SELECT pending FROM buffers WHERE id = ?"
+# A fill reads the ids of two indexes (every result, the placeholders: schema 6) and of
+# the calls' key, never a message's body; aggregated into JSON arrays by SQLite when it
+# has JSON1 (one row: 4x faster than a row per id), else a row per id.
+_RESULT_IDS: Final = ("FROM messages INDEXED BY messages_result "
+                      "WHERE buffer_id = ? AND result_id IS NOT NULL")
+_PLACEHOLDER_IDS: Final = ("FROM messages INDEXED BY messages_healed "
+                           "WHERE buffer_id = ? AND healed = 1")
+_FILL_JSON: Final = (f"SELECT (SELECT json_group_array(result_id) {_RESULT_IDS}), "
+                     f"(SELECT json_group_array(result_id) {_PLACEHOLDER_IDS}), "
+                     "(SELECT json_group_array(call_id) FROM calls WHERE buffer_id = ?), "
+                     "(SELECT pending FROM buffers WHERE id = ?)")
+_FILL_ROWS: Final = (f"SELECT 0, result_id {_RESULT_IDS} "
+                     f"UNION ALL SELECT 1, result_id {_PLACEHOLDER_IDS} "
+                     "UNION ALL SELECT 2, call_id FROM calls WHERE buffer_id = ? "
+                     "UNION ALL SELECT 3, pending FROM buffers WHERE id = ?")
 # JSON text never holds a raw control character (an encoder escapes them all), so
 # the record separator cannot occur inside a body: it splits the aggregate exactly.
 _SEPARATOR: Final = "\x1e"
@@ -193,13 +207,20 @@ class SQLiteConversations(SQLConversations):
     @staticmethod
     def _fill(buffer_id: int, count: int, next_pos: int) -> Program[HotBuffer]:
         """The whole view of a buffer: every result, declaration and unanswered call."""
-        results = yield (_ALL_RESULTS, (buffer_id,))
-        calls = yield (_ALL_CALLS, (buffer_id,))
-        (text,), = yield (_ALL_PENDING, (buffer_id,))
-        return HotBuffer(buffer_id, count, next_pos,
-                         {call: bool(healed) for call, healed in results},
-                         {row[0] for row in calls},
-                         {p.call_id: p for p in PendingInRow.decode(text).as_calls()})
+        if has_json1():
+            (results, healed, calls, pending), = yield (_FILL_JSON, (buffer_id,) * 4)
+            ids: list[list[str]] = [json.loads(results), json.loads(healed), json.loads(calls)]
+        else:
+            ids = [[], [], []]
+            for kind, value in (yield (_FILL_ROWS, (buffer_id,) * 4)):
+                if kind == 3:
+                    pending = value
+                else:
+                    ids[kind].append(value)
+        stored = dict.fromkeys(ids[0], False)
+        stored.update(dict.fromkeys(ids[1], True))
+        return HotBuffer(buffer_id, count, next_pos, stored, set(ids[2]),
+                         {p.call_id: p for p in PendingInRow.decode(pending).as_calls()})
 
     def read(self, key: StorageKey) -> Program[tuple[bool, Any]]:
         """The value, else the conversation: one statement when the key holds a value
@@ -241,6 +262,17 @@ class SQLiteConversations(SQLConversations):
             del positions[0], texts[0]
         return HistoryPage(UNPARSED, positions, positions[0] if more and positions else None,
                            encoded=texts)
+
+
+@cache
+def has_json1() -> bool:
+    """Whether this process's SQLite has the JSON functions (built in since 3.38; an
+    option before)."""
+    try:
+        sqlite3.connect(":memory:").execute("SELECT json_group_array(1)").close()
+    except sqlite3.OperationalError:
+        return False
+    return True
 
 
 def hot_tail(buffer: HotBuffer, tail: int, count: int) -> HistoryPage:

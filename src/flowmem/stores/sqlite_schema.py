@@ -102,6 +102,12 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     ALTER TABLE buffers ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
     """,
+    # 6: the placeholders (MEM-3) by buffer, so that filling a connection's copy of a
+    # buffer (stores/sqlite_programs.py) reads two indexes, never the messages' bodies.
+    # Only placeholders are in it: an append of anything else writes no entry.
+    """
+    CREATE INDEX messages_healed ON messages (buffer_id, result_id) WHERE healed = 1;
+    """,
 )
 """Schema migrations; ``PRAGMA user_version`` is the number applied."""
 
