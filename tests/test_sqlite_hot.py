@@ -26,7 +26,14 @@ from flowmem.stores import sqlite_programs
 from flowmem.stores.sql import drive
 from flowmem.stores.sqlite import SQLiteStore
 from flowmem.stores.sqlite_fast import executor
-from flowmem.stores.sqlite_hot import CAPACITY, MAX_MESSAGES, MAX_THRESHOLD, HotBuffer, HotBuffers
+from flowmem.stores.sqlite_hot import (
+    CAPACITY,
+    FILL_RENT,
+    MAX_MESSAGES,
+    MAX_THRESHOLD,
+    HotBuffer,
+    HotBuffers,
+)
 from flowmem.testing import store_model_test
 
 KEY = StorageKey("session", "s1", "chat")
@@ -180,6 +187,39 @@ def test_hot_buffers_are_bounded() -> None:
         hot.stale(("s", "i", "x"))
         assert hot.get(("s", "i", "x")) is None
     assert hot.threshold == MAX_THRESHOLD > first
+
+
+def test_a_long_buffer_is_filled_only_once_its_reads_cost_as_much() -> None:
+    """Rent, then buy: a buffer of ``n`` entries is copied at the ``n // FILL_RENT``-th
+    append of a connection (at least the first threshold's), so a few appends to a long
+    conversation never read the whole of it (#14: no cost that grows with the length)."""
+    hot = HotBuffers()
+    assert [hot.should_fill(("s", "i", "short"), FILL_RENT - 1) for _ in range(2)] == \
+        [False, True]
+    long_buffer = [hot.should_fill(("s", "i", "long"), 10 * FILL_RENT) for _ in range(10)]
+    assert long_buffer == [False] * 9 + [True]
+
+
+def test_a_new_connection_reads_views_before_it_copies_a_long_buffer(tmp_path: Path) -> None:
+    """The whole buffer is read (the fill's statement) only at the append that the rent
+    rule allows; every append before it plans on its indexed view, with the same rules."""
+    path = str(tmp_path / "m.db")
+    first = SQLiteStore(path, synchronous="off")
+    entries = [_user(str(n)) for n in range(3 * FILL_RENT - 2)] + [_call("a"), _result("a")]
+    _append(first, *entries)
+    first.close()
+    store = SQLiteStore(path, synchronous="off")
+    ran: list[str] = []
+    store._connection().set_trace_callback(ran.append)
+    fills = []
+    for n in range(3):
+        ran.clear()
+        outcome = _append(store, _result("a", "retried"), _user(f"more {n}"))
+        assert outcome.appended == 1  # MEM-1: the retried result is not stored again
+        fills.append(any("INDEXED BY messages_healed" in s for s in ran))  # the fill
+    assert fills == [False, False, True]
+    assert store.read(KEY)[1][-1] == canonical_messages(_user("more 2"))[0]
+    store.close()
 
 
 def test_the_copy_applies_a_plan_as_the_executor_does() -> None:
