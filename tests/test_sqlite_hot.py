@@ -200,25 +200,32 @@ def test_a_long_buffer_is_filled_only_once_its_reads_cost_as_much() -> None:
     assert long_buffer == [False] * 9 + [True]
 
 
-def test_a_new_connection_reads_views_before_it_copies_a_long_buffer(tmp_path: Path) -> None:
-    """The whole buffer is read (the fill's statement) only at the append that the rent
-    rule allows; every append before it plans on its indexed view, with the same rules."""
+def test_a_partial_copy_reads_only_ids_it_does_not_know(tmp_path: Path) -> None:
+    """A new connection's copy of a long buffer starts partial: an append whose ids it
+    knows reads no view; one with an unknown id reads that id's view only (MEM-1 decided
+    the same way each time); the whole buffer is read (the fill) only at the read the
+    rent rule allows: the third, for a buffer of 3 * FILL_RENT entries."""
     path = str(tmp_path / "m.db")
     first = SQLiteStore(path, synchronous="off")
-    entries = [_user(str(n)) for n in range(3 * FILL_RENT - 2)] + [_call("a"), _result("a")]
+    calls = [f"a{n}" for n in range(4)]
+    entries = [_user(str(n)) for n in range(3 * FILL_RENT - 8)]
+    for call in calls:
+        entries += [_call(call), _result(call)]
     _append(first, *entries)
     first.close()
     store = SQLiteStore(path, synchronous="off")
     ran: list[str] = []
     store._connection().set_trace_callback(ran.append)
-    fills = []
-    for n in range(3):
+    reads = []
+    for n, call in enumerate(["a0", "a0", "a1", "a2", "a3", "a1"]):
         ran.clear()
-        outcome = _append(store, _result("a", "retried"), _user(f"more {n}"))
+        outcome = _append(store, _result(call, "retried"), _user(f"more {n}"))
         assert outcome.appended == 1  # MEM-1: the retried result is not stored again
-        fills.append(any("INDEXED BY messages_healed" in s for s in ran))  # the fill
-    assert fills == [False, False, True]
-    assert store.read(KEY)[1][-1] == canonical_messages(_user("more 2"))[0]
+        fill = any("INDEXED BY messages_healed" in s for s in ran)
+        view = any("result_id IN" in s for s in ran)
+        reads.append("fill" if fill else "view" if view else "none")
+    assert reads == ["view", "none", "view", "view", "fill", "none"]
+    assert store.read(KEY)[1][-1] == canonical_messages(_user("more 5"))[0]
     store.close()
 
 
@@ -384,8 +391,10 @@ def test_a_fill_is_the_view_the_entries_derive(tmp_path: Path, json1: bool,
     page = writer.history(KEY)
     derived = derive_indexes(zip(page.positions, page.messages, strict=True))
     (buffer_id,), = sqlite3.connect(tmp_path / "f.db").execute("SELECT id FROM buffers")
-    copy = reader._within(lambda cursor: drive(
-        reader._programs()._fill(buffer_id, page.total, 0), executor(cursor)), "DEFERRED")
+    copy = HotBuffer(buffer_id, page.total, 0, known=set())
+    reader._within(lambda cursor: drive(reader._programs()._fill(copy), executor(cursor)),
+                   "DEFERRED")
+    assert copy.known is None  # complete
     assert copy.results == {call: is_healed(page.messages[page.positions.index(spots[0])])
                             for call, spots in derived.results.items()}
     assert copy.results == {"c1": False, "c2": False, "c3": True}

@@ -90,17 +90,16 @@ def _marks(items: Sequence[Any]) -> str:
     return ", ".join("?" for _ in items)
 
 
-def view_parts(buffer: str, buffer_params: Sequence[Any], incoming: Sequence[Message],
+def view_parts(buffer: str, buffer_params: Sequence[Any], ids: Sequence[str],
                *, results: str = "messages") -> tuple[list[str], list[Any]]:
     """The SELECTs of the planner's view (to be joined by UNION ALL) and their params: the
-    results and declarations of the ids ``incoming`` mentions (the unanswered calls are in
-    the buffer's row).
+    results and declarations of ``ids`` (those an append mentions; the unanswered calls
+    are in the buffer's row).
 
     ``buffer`` is the SQL naming the buffer's id (``"?"`` with ``buffer_params``
     ``(id,)``, or a subquery); each row is ``(kind, id, 0 or healed, 0)``.
     ``results``: the table the results are read from, with a dialect's index hint.
     """
-    ids = sorted(mentioned_ids(incoming))
     parts: list[str] = []
     params: list[Any] = []
     if ids:
@@ -115,6 +114,12 @@ def view_parts(buffer: str, buffer_params: Sequence[Any], incoming: Sequence[Mes
 def view_from(rows: Rows, pending: PendingInRow) -> BufferView:
     """The :class:`BufferView` of the rows of :func:`view_parts`' statement and the
     buffer row's unanswered calls."""
+    return BufferView(*view_sets(rows), pending.as_calls())
+
+
+def view_sets(rows: Rows) -> tuple[dict[str, bool], set[str]]:
+    """The results (id: whether a placeholder) and the declared ids of the rows of
+    :func:`view_parts`' statement."""
     results: dict[str, bool] = {}
     declared: set[str] = set()
     for kind, call, first, _ in rows:
@@ -122,7 +127,7 @@ def view_from(rows: Rows, pending: PendingInRow) -> BufferView:
             results[call] = bool(first)
         else:
             declared.add(call)
-    return BufferView(results, declared, pending.as_calls())
+    return results, declared
 
 
 class SQLConversations(Reads):
@@ -350,7 +355,8 @@ class SQLConversations(Reads):
     def _view_statements(key: StorageKey, incoming: Sequence[Message]) -> list[Statement]:
         """The planner's view in (at most) one statement: results and declarations of the
         ids ``incoming`` mentions (indexed look-ups)."""
-        parts, params = view_parts(_BUFFER_ID, (key.scope, key.scope_id, key.key), incoming)
+        parts, params = view_parts(_BUFFER_ID, (key.scope, key.scope_id, key.key),
+                                   sorted(mentioned_ids(incoming)))
         return [(" UNION ALL ".join(parts), params)] if parts else []
 
     # -- the administrative path (MEM-15) ----------------------------------------

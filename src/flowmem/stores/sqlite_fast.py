@@ -28,7 +28,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from ..messages import Message
-from ..plan import SLOT, AddEntry, AppendPlan, PendingCall, plan_append
+from ..plan import SLOT, AddEntry, AppendPlan, PendingCall, mentioned_ids, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, Idempotency, plan_stats
 from .sql_apply import SAVE_UNCHECKED, PendingInRow, add_statements, save_statement
@@ -61,7 +61,8 @@ def run_append(sql: SQLiteConversations, cursor: sqlite3.Cursor, key: StorageKey
     if buffer is not None and not hot.current(buffer):  # another connection committed
         buffer = sql.checked(names, buffer,
                              cursor.execute(VERSION, (buffer.buffer_id,)).fetchall())
-    if buffer is not None:
+    if buffer is not None and (buffer.known is None
+                               or not buffer.unknown(mentioned_ids(incoming))):
         plan = plan_append(buffer.view(), incoming)
         if _short(plan, buffer, max_messages, tail):
             return _apply(hot, buffer, plan, cursor, serialized, tail)

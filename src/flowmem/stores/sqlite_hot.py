@@ -22,17 +22,25 @@ commit touched other buffers (another ``--workers`` process's sessions); a
 copy whose buffer changed is dropped. A stale copy is therefore never
 planned against; the worst case costs a table read, never a wrong decision.
 
-Filling a copy reads the ids of the whole buffer (O(length), no bodies), so
-it is done only where it pays: a buffer this connection creates starts
-empty and complete; an existing buffer is filled after ``threshold``
-appends of this connection to it, and not before one append per
-:data:`FILL_RENT` entries has read its view instead (rent, then buy). So a
-process that appends a few messages to a long conversation never reads the
-whole of it. Each time a copy is found stale the threshold doubles (up to
-:data:`MAX_THRESHOLD`), so buffers shared by busy writers settle on the
-indexed read instead of refilling. Bounds: at most :data:`CAPACITY` buffers
-per connection (least recently used first out), and a buffer longer than
-:data:`MAX_MESSAGES` is never copied.
+A copy may be *partial*: it knows the facts of some ids only (whether a
+result is stored, and whether it is a placeholder; whether the id was
+declared), and it knows them exactly — each was read by id under the write
+lock while the copy was current, or written by this connection since. A
+buffer this connection creates starts empty and complete; an existing one
+starts partial at its first append (from the statement that reads its row
+and the view of the ids that append mentions, which it reads anyway). An
+append whose ids are all known plans on the copy and reads nothing; one
+that mentions an unknown id (a new tool call's id) reads the view of those
+ids only and learns them. Filling a copy (every id of the buffer: O(length),
+no bodies) makes it complete; it is done only where it pays: after
+``threshold`` such reads, and not before one read per :data:`FILL_RENT`
+entries (rent, then buy). So a process that appends a few messages to a long
+conversation never reads the whole of it, and its appends that mention no
+new id read no view either. Each time a copy is found stale the threshold
+doubles (up to :data:`MAX_THRESHOLD`), so buffers shared by busy writers
+settle on the indexed read instead of refilling. Bounds: at most
+:data:`CAPACITY` buffers per connection (least recently used first out), and
+a buffer longer than :data:`MAX_MESSAGES` is never filled.
 
 The copy changes only after the statements of the append succeeded; a
 transaction that fails or is rolled back (a group commit's savepoint
@@ -51,7 +59,7 @@ a buffer changes drops the whole copy (the rules above).
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -70,13 +78,13 @@ MAX_MESSAGES: Final = 250_000
 """A buffer longer than this is never copied (its ids would hold tens of MB)."""
 FIRST_THRESHOLD: Final = 2
 FILL_RENT: Final = 128
-"""Entries per append that must have read its view before a fill (see the module notes).
+"""Entries per read of a partial copy's unknown ids before a fill (see the module notes).
 On the 2-core development machine a fill costs about 0.3 µs an entry (schema 6: ids
-only, one statement) and an append that reads its view instead about 30 µs more at
-``synchronous=normal`` (the cost of filling ~100 entries). At 128 the appends before a
-fill have paid about 0.8 of the fill's own cost: a process never pays more than about
+only, one statement) and an append that reads the view of its ids about 30 µs more at
+``synchronous=normal`` (the cost of filling ~100 entries). At 128 the reads before a
+fill have cost about 0.8 of the fill's own cost: a process never pays more than about
 twice the cheaper of the two choices, whether it stops right after the fill or never
-stops. A buffer of up to 383 entries is still copied at the first threshold's append."""
+stops. A buffer of up to 383 entries is filled at the first threshold's read."""
 MAX_THRESHOLD: Final = 4096
 TAIL_KEEP: Final = 100
 """The newest entries a hot buffer may know (:attr:`HotBuffer.tail`)."""
@@ -86,7 +94,8 @@ Tail = deque[tuple[int, str]]
 
 @dataclass(slots=True)
 class HotBuffer:
-    """One buffer's complete planner view, as of this connection's last commit."""
+    """One buffer's planner view, as of this connection's last commit: complete, or the
+    facts of :attr:`known` ids only (see the module notes)."""
 
     buffer_id: int
     count: int
@@ -100,6 +109,21 @@ class HotBuffer:
     """The buffer row's version as this connection last wrote or read it."""
     checked: int | None = None
     """The ``data_version`` at which the copy was last known current."""
+    known: set[str] | None = None
+    """``None``: the copy is complete; else the ids whose facts it knows."""
+
+    def unknown(self, ids: Iterable[str]) -> list[str]:
+        """Those of ``ids`` whose facts the copy does not know."""
+        known = self.known
+        return [] if known is None else [i for i in ids if i not in known]
+
+    def learn(self, ids: Iterable[str], results: dict[str, bool], declared: set[str]) -> None:
+        """The facts of ``ids`` (their stored ``results`` and which were ``declared``), read
+        by id in a transaction that found the copy current."""
+        assert self.known is not None
+        self.known.update(ids)
+        self.results.update(results)
+        self.declared.update(declared)
 
     def view(self) -> BufferView:
         """The live indexes as a view (the planner only reads them)."""
@@ -141,7 +165,7 @@ class HotBuffer:
             else:
                 self.tail.extend(added)
         pos = self.next_pos
-        for op in plan.ops:
+        for op in plan.ops:  # (the ids it answers or declares were known: it mentions them)
             if isinstance(op, AddEntry):
                 if op.answers is not None:
                     self.results[op.answers] = op.healed
@@ -201,7 +225,8 @@ class HotBuffers:
         return buffer
 
     def should_fill(self, key: Key, count: int) -> bool:
-        """Whether this append should copy the buffer (one more quiet append counted)."""
+        """Whether this append should fill the partial copy of a buffer of ``count`` entries
+        rather than read the view of its unknown ids (one more such read counted)."""
         if count > MAX_MESSAGES:
             return False
         streak = self._streaks.get(key, 0) + 1

@@ -32,10 +32,10 @@ from typing import Any, Final
 from ..errors import StoreError
 from ..messages import Message
 from ..pages import UNPARSED
-from ..plan import AppendPlan, BufferView
+from ..plan import AppendPlan, BufferView, mentioned_ids
 from ..scopes import StorageKey
 from ..store import HistoryPage
-from .sql import Program, SQLConversations, decode, view_from, view_parts
+from .sql import Program, SQLConversations, decode, view_parts, view_sets
 from .sql_apply import SAVE_UNCHECKED, Applied, PendingInRow, Then, apply_plan
 from .sql_program import Rows, Statement
 from .sqlite_hot import HotBuffer, HotBuffers, adds_only
@@ -43,10 +43,10 @@ from .sqlite_hot import HotBuffer, HotBuffers, adds_only
 __all__ = ["DATA_VERSION", "RESULTS_BY_ID", "VERSION", "SQLiteConversations", "has_json1",
            "hot_tail"]
 
-_BUFFER_ROW: Final = ("WITH b AS (SELECT id, count, next_pos, pending FROM buffers "
+_BUFFER_ROW: Final = ("WITH b AS (SELECT id, count, next_pos, pending, version FROM buffers "
                       "WHERE scope = ? AND scope_id = ? AND key = ?) "
                       "SELECT 3, id, count, next_pos FROM b "
-                      "UNION ALL SELECT 4, pending, 0, 0 FROM b")
+                      "UNION ALL SELECT 4, pending, version, 0 FROM b")
 DATA_VERSION: Final = ("PRAGMA data_version", ())
 """The statement telling whether another connection committed (:mod:`.sqlite_hot`)."""
 VERSION: Final = "SELECT version FROM buffers WHERE id = ?"
@@ -110,7 +110,8 @@ class SQLiteConversations(SQLConversations):
         self._target = None
         hot = self.hot
         if hot is None:
-            return (yield from self._indexed(key, incoming))[0]
+            read = yield from self._indexed(key, incoming)
+            return read.buffer_id, read.count, read.next_pos, read.view()
         names = (key.scope, key.scope_id, key.key)
         hot.observe(int((yield DATA_VERSION)[0][0]))
         buffer = hot.get(names)
@@ -132,19 +133,23 @@ class SQLiteConversations(SQLConversations):
     def opened(self, key: StorageKey, incoming: Sequence[Message],
                buffer: HotBuffer | None) -> Program[Opened]:
         """The rest of :meth:`open_and_view` once ``PRAGMA data_version`` (and the
-        version check) decided the hot copy: ``buffer``, or ``None`` to read the view."""
+        version check) decided the hot copy: ``buffer``, or ``None`` to start one from
+        the buffer's row and the view of the ids ``incoming`` mentions."""
         assert self.hot is not None
         hot = self.hot
         names = (key.scope, key.scope_id, key.key)
         if buffer is None:
-            opened, created = yield from self._indexed(key, incoming)
-            buffer_id, count, next_pos, _ = opened
-            if created:
-                buffer = hot.keep(names, HotBuffer(buffer_id, count, next_pos))
-            elif hot.should_fill(names, count):
-                buffer = hot.keep(names, (yield from self._fill(buffer_id, count, next_pos)))
-            else:
-                return opened
+            buffer = hot.keep(names, (yield from self._indexed(key, incoming)))
+            buffer.checked = hot.version
+        else:
+            unknown = buffer.unknown(mentioned_ids(incoming))
+            if unknown and hot.should_fill(names, buffer.count):
+                yield from self._fill(buffer)
+            elif unknown:
+                unknown.sort()
+                parts, params = view_parts("?", (buffer.buffer_id,), unknown,
+                                           results=RESULTS_BY_ID)
+                buffer.learn(unknown, *view_sets((yield (" UNION ALL ".join(parts), params))))
         self._target = (names, buffer)
         return buffer.buffer_id, buffer.count, buffer.next_pos, buffer.view()
 
@@ -189,24 +194,27 @@ class SQLiteConversations(SQLConversations):
             buffer.learn_tail(page)
         return page
 
-    def _indexed(self, key: StorageKey,
-                 incoming: Sequence[Message]) -> Program[tuple[Opened, bool]]:
-        """The buffer row and the view in one statement; whether the buffer is new."""
-        parts, params = view_parts("(SELECT id FROM b)", (), incoming, results=RESULTS_BY_ID)
+    def _indexed(self, key: StorageKey, incoming: Sequence[Message]) -> Program[HotBuffer]:
+        """The buffer row and the view of the ids ``incoming`` mentions, in one statement:
+        a copy that knows those ids (complete when the buffer is new)."""
+        ids = mentioned_ids(incoming)
+        parts, params = view_parts("(SELECT id FROM b)", (), sorted(ids), results=RESULTS_BY_ID)
         rows = yield (" UNION ALL ".join([_BUFFER_ROW, *parts]),
                       [key.scope, key.scope_id, key.key, *params])
         head = [row for row in rows if row[0] == 3]
         if not head:  # a new buffer (or a value: open_buffer refuses it); nothing to view
-            buffer_id, count, next_pos = yield from self.open_buffer(key)
-            return (buffer_id, count, next_pos, BufferView()), True
+            return HotBuffer(*(yield from self.open_buffer(key)))
         _, buffer_id, count, next_pos = head[0]
-        pending = PendingInRow.decode(next(r[1] for r in rows if r[0] == 4))
-        view = view_from([row for row in rows if row[0] < 3], pending)
-        return (int(buffer_id), int(count), int(next_pos), view), False
+        _, text, version, _ = next(row for row in rows if row[0] == 4)
+        pending = {call.call_id: call for call in PendingInRow.decode(text).as_calls()}
+        results, declared = view_sets([row for row in rows if row[0] < 3])
+        return HotBuffer(int(buffer_id), int(count), int(next_pos), results, declared, pending,
+                         version=int(version), known=ids)
 
     @staticmethod
-    def _fill(buffer_id: int, count: int, next_pos: int) -> Program[HotBuffer]:
-        """The whole view of a buffer: every result, declaration and unanswered call."""
+    def _fill(buffer: HotBuffer) -> Program[None]:
+        """Make ``buffer`` complete: every result, declaration and unanswered call."""
+        buffer_id = buffer.buffer_id
         if has_json1():
             (results, healed, calls, pending), = yield (_FILL_JSON, (buffer_id,) * 4)
             ids: list[list[str]] = [json.loads(results), json.loads(healed), json.loads(calls)]
@@ -217,10 +225,11 @@ class SQLiteConversations(SQLConversations):
                     pending = value
                 else:
                     ids[kind].append(value)
-        stored = dict.fromkeys(ids[0], False)
-        stored.update(dict.fromkeys(ids[1], True))
-        return HotBuffer(buffer_id, count, next_pos, stored, set(ids[2]),
-                         {p.call_id: p for p in PendingInRow.decode(pending).as_calls()})
+        buffer.results = dict.fromkeys(ids[0], False)
+        buffer.results.update(dict.fromkeys(ids[1], True))
+        buffer.declared = set(ids[2])
+        buffer.pending = {p.call_id: p for p in PendingInRow.decode(pending).as_calls()}
+        buffer.known = None
 
     def read(self, key: StorageKey) -> Program[tuple[bool, Any]]:
         """The value, else the conversation: one statement when the key holds a value
