@@ -59,7 +59,7 @@ def _append(store: SQLiteStore, *messages: Message) -> AppendOutcome:
 
 
 def _warm(store: SQLiteStore) -> None:
-    """Enough quiet appends that the connection keeps the buffer hot."""
+    """Appends that leave the connection a copy of the buffer (it creates it: complete)."""
     for _ in range(4):
         _append(store, {"role": "system", "content": "warm"})
 
@@ -190,9 +190,10 @@ def test_hot_buffers_are_bounded() -> None:
 
 
 def test_a_long_buffer_is_filled_only_once_its_reads_cost_as_much() -> None:
-    """Rent, then buy: a buffer of ``n`` entries is copied at the ``n // FILL_RENT``-th
-    append of a connection (at least the first threshold's), so a few appends to a long
-    conversation never read the whole of it (#14: no cost that grows with the length)."""
+    """Rent, then buy: a partial copy of a buffer of ``n`` entries is filled at the
+    ``n // FILL_RENT``-th read of its unknown ids (at least the first threshold's), so a
+    few appends to a long conversation never read the whole of it (#14: no cost that
+    grows with the length)."""
     hot = HotBuffers()
     assert [hot.should_fill(("s", "i", "short"), FILL_RENT - 1) for _ in range(2)] == \
         [False, True]
