@@ -10,7 +10,9 @@ the buffer and every part of the view looks it up by that subquery.
 A connection's programs also keep its hot buffers (:mod:`.sqlite_hot`): when
 no other connection has committed since, the common append reads no view at
 all (``PRAGMA data_version`` only) and plans against the connection's own
-copy. The rows and the plan are the same either way; only the reads change.
+copy; a copy that does not yet know an id the append mentions reads the view
+of that id alone. The rows and the plan are the same either way; only the
+reads change.
 
 A page of history is read as ONE row (:meth:`SQLiteConversations.page_statement`): the
 positions and the bodies aggregated into two texts by SQLite (the bodies'
