@@ -150,8 +150,8 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
     ``pending``: the unanswered calls the plan was made with, as the row keeps them
     (:class:`PendingInRow`; saved with the row when the plan changes them). ``added``
     receives ``(position, JSON text)`` of each entry an :class:`~flowmem.plan.AddEntry`
-    inserts, in order. ``version``: the buffer
-    row's new version (SQLite's ``buffers.version``; with :data:`SAVE_UNCHECKED` only).
+    inserts, in order. ``version``: the buffer row's new version (SQLite's
+    ``buffers.version``; with :data:`SAVE_UNCHECKED` only).
     """
     queued: list[Statement] = []
     positions: dict[int, int] = {}

@@ -75,7 +75,8 @@ Key = tuple[str, str, str]
 CAPACITY: Final = 64
 """Buffers whose view one connection keeps."""
 MAX_MESSAGES: Final = 250_000
-"""A buffer longer than this is never copied (its ids would hold tens of MB)."""
+"""A buffer longer than this is never filled (its ids would hold tens of MB); its copy
+stays partial."""
 FIRST_THRESHOLD: Final = 2
 FILL_RENT: Final = 128
 """Entries per read of a partial copy's unknown ids before a fill (see the module notes).
@@ -165,7 +166,9 @@ class HotBuffer:
             else:
                 self.tail.extend(added)
         pos = self.next_pos
-        for op in plan.ops:  # (the ids it answers or declares were known: it mentions them)
+        # An entry's answered and declared ids were known (the append mentions them); a
+        # healed or replaced result is written here as it is stored, known or not.
+        for op in plan.ops:
             if isinstance(op, AddEntry):
                 if op.answers is not None:
                     self.results[op.answers] = op.healed

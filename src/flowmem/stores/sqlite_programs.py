@@ -221,7 +221,7 @@ class SQLiteConversations(SQLConversations):
             (results, healed, calls, pending), = yield (_FILL_JSON, (buffer_id,) * 4)
             ids: list[list[str]] = [json.loads(results), json.loads(healed), json.loads(calls)]
         else:
-            ids = [[], [], []]
+            ids, pending = [[], [], []], "{}"
             for kind, value in (yield (_FILL_ROWS, (buffer_id,) * 4)):
                 if kind == 3:
                     pending = value
