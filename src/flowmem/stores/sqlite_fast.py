@@ -6,9 +6,11 @@ no round trips to save, and there the generators' protocol costs about as much
 Python as the rest of the append. The common append is run here by plain calls
 instead: when this connection's hot copy of the buffer (:mod:`.sqlite_hot`) is
 current — after ``PRAGMA data_version`` and, when another connection committed,
-the version check — and the plan (still :func:`flowmem.plan.plan_append`'s: no
-rule is decided here) only adds entries, the window evicts nothing, there is no
-idempotency key, and the tail, if asked for, is one the hot copy holds.
+the version check; a partial copy first reads the view of the ids it does not
+know, or is filled, by the program's own statements — and the plan (still
+:func:`flowmem.plan.plan_append`'s: no rule is decided here) only adds
+entries, the window evicts nothing, there is no idempotency key, and the
+tail, if asked for, is one the hot copy holds.
 
 It runs exactly the statements the program would (same text, same parameters,
 same order: they are built by the same functions of :mod:`.sql_apply`) and
@@ -61,8 +63,10 @@ def run_append(sql: SQLiteConversations, cursor: sqlite3.Cursor, key: StorageKey
     if buffer is not None and not hot.current(buffer):  # another connection committed
         buffer = sql.checked(names, buffer,
                              cursor.execute(VERSION, (buffer.buffer_id,)).fetchall())
-    if buffer is not None and (buffer.known is None
-                               or not buffer.unknown(mentioned_ids(incoming))):
+    if buffer is not None:
+        unknown = buffer.unknown(mentioned_ids(incoming)) if buffer.known is not None else None
+        if unknown:  # a partial copy learns what it does not know, as the program would
+            drive(sql.learn(names, buffer, unknown), executor(cursor))
         plan = plan_append(buffer.view(), incoming)
         if _short(plan, buffer, max_messages, tail):
             return _apply(hot, buffer, plan, cursor, serialized, tail)

@@ -145,15 +145,23 @@ class SQLiteConversations(SQLConversations):
             buffer.checked = hot.version
         else:
             unknown = buffer.unknown(mentioned_ids(incoming))
-            if unknown and hot.should_fill(names, buffer.count):
-                yield from self._fill(buffer)
-            elif unknown:
-                unknown.sort()
-                parts, params = view_parts("?", (buffer.buffer_id,), unknown,
-                                           results=RESULTS_BY_ID)
-                buffer.learn(unknown, *view_sets((yield (" UNION ALL ".join(parts), params))))
+            if unknown:
+                yield from self.learn(names, buffer, unknown)
         self._target = (names, buffer)
         return buffer.buffer_id, buffer.count, buffer.next_pos, buffer.view()
+
+    def learn(self, names: tuple[str, str, str], buffer: HotBuffer,
+              unknown: list[str]) -> Program[None]:
+        """Teach the partial copy ``buffer`` the ``unknown`` ids an append mentions: read
+        their view, or fill the copy when the reads have paid for it (``should_fill``:
+        rent, then buy)."""
+        assert self.hot is not None
+        if self.hot.should_fill(names, buffer.count):
+            yield from self._fill(buffer)
+            return
+        unknown.sort()
+        parts, params = view_parts("?", (buffer.buffer_id,), unknown, results=RESULTS_BY_ID)
+        buffer.learn(unknown, *view_sets((yield (" UNION ALL ".join(parts), params))))
 
     def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
               max_messages: int | None, then: Then, view: BufferView) -> Program[Applied]:
