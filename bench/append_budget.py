@@ -1,0 +1,151 @@
+"""Where a SQLite append's time goes: what each guarantee costs, measured one at a time.
+
+``python bench/append_budget.py [--messages 5000] [--rounds 3] [--checkpoints] [--callgrind]``
+
+Runs the seeded workload (``bench/workload.py``) at ``synchronous=normal``,
+one message per append, in one process, these ways interleaved round by round
+(a fresh database each):
+
+``floor``, ``statements``
+    as in ``bench/sqlite_statements.py``: the raw insert, and flowmem's
+    statements on flowmem's schema from plain Python;
+``memory``
+    flowmem's ``Memory.append`` as shipped;
+``no-key-file``
+    the same without the MEM-12 key lock's byte-range lock (its thread lock
+    kept): what serializing with other *processes* costs;
+``no-file-check``
+    without the ``stat`` after each transaction that refuses to acknowledge
+    a write into a deleted or replaced file;
+``neither``
+    without both.
+
+The last three switch a guarantee OFF, on a private store, to price it; flowmem
+never runs so. Checkpoints are off in every way (``wal_autocheckpoint=0``: on
+this machine SQLite's inline checkpoint adds 4–7 µs an append of wall time,
+in fsyncs, to each way alike) unless ``--checkpoints``. It prints µs of CPU per
+message (median of the rounds) and each way's difference from ``memory``;
+``--callgrind`` prints instructions per message instead (repeatable whatever
+the load). Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make ``bench`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import sqlite_statements
+from bench.callgrind import per_item
+from bench.workload import DEFAULT_SEED, stream
+
+WAYS = ("floor", "statements", "memory", "no-key-file", "no-file-check", "neither")
+Append = Callable[[int, dict[str, Any]], None]
+
+
+def _memory(path: str, name: str, checkpoints: bool) -> Append:
+    from flowmem import ExecutionContext
+    from flowmem.memory import Memory
+    from flowmem.stores.locks import KeyLocks
+    from flowmem.stores.sqlite import SQLiteStore
+
+    memory = Memory.from_url(f"sqlite:///{path}?synchronous=normal")
+    store = memory.store
+    assert isinstance(store, SQLiteStore)
+    if not checkpoints:
+        store._connection().execute("PRAGMA wal_autocheckpoint=0")
+    if name in ("no-key-file", "neither"):
+        store._locks = KeyLocks()  # thread locks only: no lock file
+    if name in ("no-file-check", "neither"):
+        store._check_file = lambda: None  # type: ignore[method-assign]
+    context = ExecutionContext(session_id="s")
+
+    def append(index: int, message: dict[str, Any]) -> None:
+        memory.append("session", "bench", message, context=context)
+    return append
+
+
+def _way(name: str, path: str, checkpoints: bool) -> Append:
+    if name in ("floor", "statements"):
+        append: Append = sqlite_statements._way(name, path)
+        if checkpoints:  # sqlite_statements turns them off to count pages
+            import sqlite3
+            sqlite3.connect(path).execute("PRAGMA wal_autocheckpoint=1000").close()
+        return append
+    return _memory(path, name, checkpoints)
+
+
+def run(name: str, messages: list[dict[str, Any]], warmup: int, checkpoints: bool) -> float:
+    """µs of CPU per message of one way."""
+    with tempfile.TemporaryDirectory() as workdir:
+        append = _way(name, f"{workdir}/{name}.db", checkpoints)
+        for index, message in enumerate(messages[:warmup]):
+            append(index, message)
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.process_time()
+            for index, message in enumerate(messages[warmup:], warmup):
+                append(index, message)
+            spent = time.process_time() - start
+        finally:
+            gc.enable()
+        return spent / (len(messages) - warmup) * 1e6
+
+
+def _child(name: str, count: int, generate: int, checkpoints: bool) -> None:
+    workload = list(islice(stream(DEFAULT_SEED), max(generate, count)))[:count]
+    with tempfile.TemporaryDirectory() as workdir:
+        append = _way(name, f"{workdir}/{name}.db", checkpoints)
+        for index, message in enumerate(workload):
+            append(index, message)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=5000)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--checkpoints", action="store_true")
+    parser.add_argument("--callgrind", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--generate", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args.child, args.messages, args.generate, args.checkpoints)
+        return
+    if args.callgrind:
+        def command(name: str) -> Callable[[int], list[str]]:
+            return lambda n: [sys.executable, __file__, "--child", name, "--messages", str(n),
+                              "--generate", str(args.warmup + args.messages),
+                              *(["--checkpoints"] if args.checkpoints else [])]
+        for name in WAYS:
+            count = per_item(command(name), args.warmup, args.warmup + args.messages)
+            print(f"{name:14} {count:10,.0f} instructions per message", flush=True)
+        return
+    workload = list(islice(stream(DEFAULT_SEED), args.warmup + args.messages))
+    figures: dict[str, list[float]] = {name: [] for name in WAYS}
+    for round_ in range(1, args.rounds + 1):
+        for name in WAYS:
+            figures[name].append(run(name, workload, args.warmup, args.checkpoints))
+        print(f"round {round_}: " + "  ".join(f"{name} {values[-1]:.1f}"
+                                              for name, values in figures.items()), flush=True)
+    medians = {name: statistics.median(values) for name, values in figures.items()}
+    print(f"\n{'way':14} {'µs/message':>10} {'vs memory':>10} {'vs floor':>9}")
+    for name, value in medians.items():
+        print(f"{name:14} {value:10.1f} {value - medians['memory']:+10.1f} "
+              f"{value / medians['floor']:8.2f}x")
+
+
+if __name__ == "__main__":
+    main()
