@@ -32,11 +32,9 @@ the load). Not a test.
 from __future__ import annotations
 
 import argparse
-import gc
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
@@ -91,19 +89,12 @@ def run(name: str, messages: list[dict[str, Any]], warmup: int, checkpoints: boo
         append = _way(name, f"{workdir}/{name}.db", checkpoints)
         for index, message in enumerate(messages[:warmup]):
             append(index, message)
-        gc.collect()
-        gc.disable()
-        try:
-            start = time.process_time()
-            for index, message in enumerate(messages[warmup:], warmup):
-                append(index, message)
-            spent = time.process_time() - start
-        finally:
-            gc.enable()
-        return spent / (len(messages) - warmup) * 1e6
+        return sqlite_statements.cpu_per_message(append, messages, warmup)
 
 
 def _child(name: str, count: int, generate: int, checkpoints: bool) -> None:
+    """One way's ``count`` appends, for callgrind (the workload made as long as the longer
+    run's, so that the two runs differ by appends alone)."""
     workload = list(islice(stream(DEFAULT_SEED), max(generate, count)))[:count]
     with tempfile.TemporaryDirectory() as workdir:
         append = _way(name, f"{workdir}/{name}.db", checkpoints)
