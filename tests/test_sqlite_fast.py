@@ -169,6 +169,41 @@ def test_a_hot_quiet_append_runs_no_program(tmp_path: Path,
     store.close()
 
 
+def test_a_partial_copy_learns_a_new_id_on_the_short_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection whose copy of a conversation is partial (another one wrote it) reads the
+    view of an id it does not know, or fills the copy, and stays on the short path either
+    way; the facts come from the database, so a result the other connection stored is not
+    stored twice (MEM-1)."""
+    path = str(tmp_path / "p.db")
+    writer = SQLiteStore(path, synchronous="off")
+    for message in (user("first"), assistant("c1"), tool("c1")):
+        _append(writer, message)
+    store = SQLiteStore(path, synchronous="off")
+    _append(store, {"role": "assistant", "content": "x"})  # starts a partial copy
+    programs = store._programs()
+    buffer = programs.hot.get(("session", "s1", "chat")) if programs.hot else None
+    assert buffer is not None and buffer.known is not None
+    real = programs.append
+    ran: list[Sequence[Message]] = []
+
+    def spy(key: StorageKey, incoming: Sequence[Message], *args: Any, **options: Any) -> Any:
+        ran.append(incoming)
+        return real(key, incoming, *args, **options)
+
+    monkeypatch.setattr(programs, "append", spy)
+    assert _append(store, assistant("c2")).appended == 1  # an id the copy did not know
+    assert buffer.known is not None and "c2" in buffer.known  # its view read
+    assert _append(store, tool("c1", "again")).appended == 0  # MEM-1: stored by the writer
+    assert buffer.known is None  # the second such read fills a short conversation's copy
+    assert _append(store, tool("c2")).appended == 1
+    assert ran == []
+    assert [m["role"] for m in store.read(KEYS[0])[1]] == [
+        "user", "assistant", "tool", "assistant", "assistant", "tool"]
+    store.close()
+    writer.close()
+
+
 @pytest.mark.parametrize("short", [True, False])
 def test_a_tail_longer_than_the_kept_one_is_read(tmp_path: Path, short: bool) -> None:
     """A hot copy holding its whole buffer of TAIL_KEEP entries does not hold a longer tail
