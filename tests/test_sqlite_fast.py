@@ -146,12 +146,9 @@ def _append(store: SQLiteStore, message: Message, tail: int = 0) -> AppendOutcom
                         lock_timeout=5.0, tail=tail)
 
 
-def test_a_hot_quiet_append_runs_no_program(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """The common append (hot copy current, only adds, no window, no idempotency key) is
-    the short path; a user turn that heals (MEM-3) still runs the program."""
-    store = SQLiteStore(str(tmp_path / "s.db"), synchronous="off")
-    _append(store, user("first"))  # a buffer this connection creates is hot at once
+def _programs_run(store: SQLiteStore,
+                  monkeypatch: pytest.MonkeyPatch) -> list[Sequence[Message]]:
+    """The appends ``store`` runs as the SQL program from now on (the short path runs none)."""
     programs = store._programs()
     real = programs.append
     ran: list[Sequence[Message]] = []
@@ -161,6 +158,16 @@ def test_a_hot_quiet_append_runs_no_program(tmp_path: Path,
         return real(key, incoming, *args, **options)
 
     monkeypatch.setattr(programs, "append", spy)
+    return ran
+
+
+def test_a_hot_quiet_append_runs_no_program(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The common append (hot copy current, only adds, no window, no idempotency key) is
+    the short path; a user turn that heals (MEM-3) still runs the program."""
+    store = SQLiteStore(str(tmp_path / "s.db"), synchronous="off")
+    _append(store, user("first"))  # a buffer this connection creates is hot at once
+    ran = _programs_run(store, monkeypatch)
     for message in (assistant("c1", "c2"), tool("c1"), {"role": "assistant", "content": "x"}):
         assert _append(store, message).appended == 1
     assert ran == []
@@ -184,14 +191,7 @@ def test_a_partial_copy_learns_a_new_id_on_the_short_path(
     programs = store._programs()
     buffer = programs.hot.get(("session", "s1", "chat")) if programs.hot else None
     assert buffer is not None and buffer.known is not None
-    real = programs.append
-    ran: list[Sequence[Message]] = []
-
-    def spy(key: StorageKey, incoming: Sequence[Message], *args: Any, **options: Any) -> Any:
-        ran.append(incoming)
-        return real(key, incoming, *args, **options)
-
-    monkeypatch.setattr(programs, "append", spy)
+    ran = _programs_run(store, monkeypatch)
     assert _append(store, assistant("c2")).appended == 1  # an id the copy did not know
     assert buffer.known is not None and "c2" in buffer.known  # its view read
     assert _append(store, tool("c1", "again")).appended == 0  # MEM-1: stored by the writer
