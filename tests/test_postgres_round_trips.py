@@ -225,9 +225,14 @@ def _broken_plans() -> list[AppendPlan]:
             AppendPlan((ReplacePlaceholder("c1", stored),), 0)]  # it is no placeholder (MEM-10)
 
 
-def _setup_sql(execute: Any) -> int:
-    execute("INSERT INTO buffers (scope, scope_id, key, count, next_pos) "
-            "VALUES ('workflow', 'w', 'k', 1, 2097152)", ())
+def _setup_sql(execute: Any, *, count_in_row: bool = True) -> int:
+    """One buffer holding c1's result (SQLite, schema 7: its count is on its newest entry)."""
+    if count_in_row:
+        execute("INSERT INTO buffers (scope, scope_id, key, count, next_pos) "
+                "VALUES ('workflow', 'w', 'k', 1, 2097152)", ())
+    else:
+        execute("INSERT INTO buffers (scope, scope_id, key, next_pos) "
+                "VALUES ('workflow', 'w', 'k', 2097152)", ())
     buffer_id = int(execute("SELECT id FROM buffers", ())[0][0])
     execute("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
             "VALUES (?, 1048576, 'tool', 'c1', 0, '{}')", (buffer_id,))
@@ -243,7 +248,7 @@ def test_a_plan_the_rows_contradict_is_refused_on_sqlite(tmp_path: Any) -> None:
     def execute(sql: str, params: Any) -> list[Any]:
         return conn.execute(sql, params).fetchall()
 
-    buffer_id = _setup_sql(execute)
+    buffer_id = _setup_sql(execute, count_in_row=False)
     for plan in _broken_plans():
         conn.execute("BEGIN IMMEDIATE")
         with pytest.raises(sqlite3.IntegrityError):

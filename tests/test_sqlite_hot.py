@@ -26,6 +26,7 @@ from flowmem.stores import sqlite_programs
 from flowmem.stores.sql import drive
 from flowmem.stores.sqlite import SQLiteStore
 from flowmem.stores.sqlite_fast import executor
+from flowmem.stores.sqlite_head import VERSION
 from flowmem.stores.sqlite_hot import (
     CAPACITY,
     FILL_RENT,
@@ -339,35 +340,38 @@ def test_a_commit_to_another_buffer_keeps_the_copy(tmp_path: Path) -> None:
     for n in range(3):
         _append_to(other, StorageKey("session", "s2", "chat"), f"elsewhere {n}")
         ran = _traced(mine, KEY, f"mine {n}")
-        assert any(sql.startswith("SELECT version") for sql in ran)
+        assert any(sql.startswith(VERSION.split("?")[0]) for sql in ran)
         assert not any("WITH b" in sql or "group_concat" in sql for sql in ran), ran
     mine.close()
     other.close()
 
 
-def test_a_change_that_keeps_the_version_still_drops_the_copy(tmp_path: Path) -> None:
-    """A writer that does not know the versions (an older flowmem on the same file, here a
-    raw UPDATE) changes the row: the trigger gives it a new version, the copy is stale and
-    the next append reads its view again — and stays exact (MEM-1)."""
+def test_an_older_writer_fails_on_the_file_and_changes_nothing(tmp_path: Path) -> None:
+    """A writer of an older flowmem still running on the file when schema 7 moved the
+    state onto the newest entry (:mod:`flowmem.stores.sqlite_head`) does not save a state
+    nobody reads: its row's ``count`` is gone, so its append fails and is rolled back —
+    and the hot copy stays exact (MEM-1)."""
     path = tmp_path / "old.db"
     store = SQLiteStore(str(path))
     _warm(store)
     _traced(store, KEY, "hot")
     _append(store, _call("c1"))
     raw = sqlite3.connect(path)
-    with raw:  # what a schema-4 writer would do: a result, the row's count and pending
+    with pytest.raises(sqlite3.OperationalError, match="count"), raw:  # a schema-6 append
         buffer_id = raw.execute("SELECT id FROM buffers").fetchone()[0]
         raw.execute("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
-                    "SELECT ?, next_pos, 'tool', 'c1', 0, ? FROM buffers WHERE id = ?",
-                    (buffer_id, '{"role":"tool","tool_call_id":"c1","content":"old"}',
-                     buffer_id))
+                    "SELECT ?, next_pos + 1048576 * 100, 'tool', 'c1', 0, ? FROM buffers "
+                    "WHERE id = ?", (buffer_id, '{"role":"tool","tool_call_id":"c1",'
+                                                '"content":"old"}', buffer_id))
         raw.execute("UPDATE buffers SET count = count + 1, next_pos = next_pos + 1048576, "
                     "pending = '{}' WHERE id = ?", (buffer_id,))
     raw.close()
     ran = _traced(store, KEY, "after the old writer")
-    assert any("WITH b" in sql for sql in ran)  # the view, read again
-    assert _append(store, _result("c1", "again")).appended == 0  # MEM-1: stored once
-    assert [m["content"] for m in store.read(KEY)[1] if m["role"] == "tool"] == ["old"]
+    assert not any("WITH b" in sql for sql in ran)  # nothing committed: still hot
+    assert _append(store, _result("c1", "new")).stats.replaced == 1  # MEM-10: late, in place
+    again = _append(store, _result("c1", "again"))
+    assert (again.appended, again.stats.replaced) == (0, 0)  # MEM-1: stored once
+    assert [m["content"] for m in store.read(KEY)[1] if m["role"] == "tool"] == ["new"]
     store.close()
 
 

@@ -12,6 +12,7 @@ from flowmem.ids import result_id
 from flowmem.messages import canonical_messages
 from flowmem.scopes import StorageKey
 from flowmem.stores.sqlite import SQLiteStore
+from flowmem.stores.sqlite_head import PENDING, state_columns
 from flowmem.stores.sqlite_schema import MIGRATIONS
 
 KEY = StorageKey("session", "s1", "chat")
@@ -22,9 +23,14 @@ CALL = {"role": "assistant", "content": None,
                                                                     "arguments": "{}"}}]}
 
 
+_STATE = "SELECT b.id, b.scope, b.scope_id, b.key, {} FROM buffers AS b".format(
+    ", ".join(state_columns("b.id", "b.")[:3]))
+
+
 def _old_copy(source: Path, target: Path, version: int) -> None:
     """``source``'s rows in a database at schema ``version`` (2: as flowmem 0.2 wrote it;
-    3: before the unanswered calls moved into the buffer rows)."""
+    3: before the unanswered calls moved into the buffer rows; 6: before the state moved
+    onto the newest entry)."""
     old = sqlite3.connect(target, isolation_level=None)
     old.execute("PRAGMA journal_mode=WAL")
     for migration in MIGRATIONS[:version]:
@@ -33,13 +39,16 @@ def _old_copy(source: Path, target: Path, version: int) -> None:
                 old.execute(statement)
     old.execute(f"PRAGMA user_version = {version}")
     new = sqlite3.connect(source)
-    rows = {table: new.execute(f"SELECT * FROM {table}").fetchall()
-            for table in ("kv", "messages", "calls")}
-    rows["buffers"] = new.execute("SELECT id, scope, scope_id, key, count, next_pos "
-                                  "FROM buffers").fetchall()
-    rows["pending"] = [(buffer_id, call, turn, order)
-                       for buffer_id, text in new.execute("SELECT id, pending FROM buffers")
-                       for call, (turn, order) in json.loads(text).items()]
+    rows = {table: new.execute(f"SELECT {columns} FROM {table}").fetchall()
+            for table, columns in (("kv", "*"), ("calls", "*"), (
+                "messages", "buffer_id, pos, role, result_id, healed, body"))}
+    buffers = new.execute(_STATE).fetchall()  # id, scope, scope id, key, count, next, pending
+    if version >= 4:
+        rows["buffers(id, scope, scope_id, key, count, next_pos, pending)"] = buffers
+    else:
+        rows["buffers"] = [row[:6] for row in buffers]
+        rows["pending"] = [(row[0], call, turn, order) for row in buffers
+                           for call, (turn, order) in json.loads(row[6]).items()]
     for table, values in rows.items():
         if values:
             marks = ", ".join("?" for _ in values[0])
@@ -100,7 +109,7 @@ def test_a_version_3_database_keeps_its_unanswered_calls_in_the_buffer_rows(
     with sqlite3.connect(tmp_path / "old.db") as raw:
         assert raw.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
         assert "pending" not in {row[0] for row in raw.execute("SELECT name FROM sqlite_schema")}
-        held = dict(raw.execute("SELECT scope_id, pending FROM buffers").fetchall())
+        held = dict(raw.execute(f"SELECT b.scope_id, {PENDING} FROM buffers AS b").fetchall())
     assert {k: json.loads(v) for k, v in held.items()} == {
         "s1": {"c2": [1 << 20, 1]}, "s2": {"c1": [1 << 20, 0], "c2": [1 << 20, 1]}, "s3": {}}
     again = canonical_messages([{"role": "tool", "tool_call_id": "c1", "content": "dup"}])
@@ -111,5 +120,43 @@ def test_a_version_3_database_keeps_its_unanswered_calls_in_the_buffer_rows(
     healed = [result_id(m) for m in store.read(other)[1] if m["role"] == "tool"]
     assert healed == ["c1", "c2"]
     assert store.append(other, user, max_messages=None, lock_timeout=5.0).count == 6
+    assert store.integrity_check() == "ok"
+    store.close()
+
+
+def test_a_version_6_database_moves_each_state_onto_its_newest_entry(tmp_path: Path) -> None:
+    """Migration 7: each buffer's count, next position and unanswered calls move from its
+    row onto its newest entry, and the row's count goes. The conversations go on
+    exactly (MEM-1, MEM-3); an empty buffer keeps its state in the row."""
+    written = SQLiteStore(str(tmp_path / "new.db"))
+    written.append(KEY, canonical_messages([{"role": "user", "content": "hi"}, CALL,
+                                            {"role": "tool", "tool_call_id": "c1",
+                                             "content": "one"}]),
+                   max_messages=None, lock_timeout=5.0)
+    before = written.read(KEY)
+    written.close()
+    _old_copy(tmp_path / "new.db", tmp_path / "old.db", 6)
+    with sqlite3.connect(tmp_path / "old.db") as raw:
+        raw.execute("INSERT INTO buffers (scope, scope_id, key, next_pos) "
+                    "VALUES ('session', 's9', 'chat', 7340032)")  # emptied by its window
+    raw.close()
+
+    store = SQLiteStore(str(tmp_path / "old.db"))
+    assert store.read(KEY) == before
+    with sqlite3.connect(tmp_path / "old.db") as raw:
+        columns = {row[1] for row in raw.execute("PRAGMA table_info(buffers)")}
+        heads = raw.execute("SELECT pos, head_count, head_next, head_pending FROM messages "
+                            "WHERE head_count IS NOT NULL").fetchall()
+    raw.close()
+    assert "count" not in columns
+    assert heads == [(2 << 20, 3, 3 << 20, '{"c2":[1048576,1]}')]  # the newest entry only
+    again = canonical_messages([{"role": "tool", "tool_call_id": "c1", "content": "dup"}])
+    assert store.append(KEY, again, max_messages=None, lock_timeout=5.0).appended == 0  # MEM-1
+    user = canonical_messages([{"role": "user", "content": "next"}])
+    assert store.append(KEY, user, max_messages=None, lock_timeout=5.0).count == 5  # MEM-3
+    empty = StorageKey("session", "s9", "chat")
+    assert store.history(empty).total == 0
+    store.append(empty, user, max_messages=None, lock_timeout=5.0)
+    assert store.history(empty).positions == [7 << 20]  # the row's next position, kept
     assert store.integrity_check() == "ok"
     store.close()

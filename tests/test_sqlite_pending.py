@@ -1,5 +1,6 @@
-"""The unanswered calls kept in the buffer row (schema 4): every path that opens, answers,
-heals or evicts a call keeps the row exact, equal to the in-memory store (MEM-2, MEM-3)."""
+"""The unanswered calls kept in the buffer's state (the row since schema 4, the newest
+entry since schema 7): every path that opens, answers, heals or evicts a call keeps the
+state exact, equal to the in-memory store (MEM-2, MEM-3)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from flowmem.messages import Message, canonical_messages
 from flowmem.scopes import StorageKey
 from flowmem.stores import open_store
 from flowmem.stores.sqlite import SQLiteStore
+from flowmem.stores.sqlite_head import PENDING_OF
 
 KEY = StorageKey("session", "s1", "chat")
 
@@ -43,7 +45,8 @@ STEPS: list[tuple[list[Message], int | None]] = [
 
 def _pending(path: Path) -> dict[str, list[int]]:
     with sqlite3.connect(path) as raw:
-        text = raw.execute("SELECT pending FROM buffers").fetchone()[0]
+        (buffer_id,), = raw.execute("SELECT id FROM buffers").fetchall()
+        text = raw.execute(PENDING_OF, (buffer_id,)).fetchone()[0]
     raw.close()
     held: dict[str, list[int]] = json.loads(text)
     return held

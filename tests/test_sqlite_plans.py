@@ -16,6 +16,7 @@ from flowmem.messages import Message, canonical_messages
 from flowmem.scopes import StorageKey
 from flowmem.stores import sqlite_fast
 from flowmem.stores.sqlite import SQLiteStore
+from flowmem.stores.sqlite_head import HEAD
 from flowmem.stores.sqlite_programs import _FILL_JSON, _FILL_ROWS
 
 KEY = StorageKey("session", "s1", "chat")
@@ -67,6 +68,23 @@ def _scans_the_buffer(line: str) -> bool:
         line.startswith("SCAN") or line.endswith("(buffer_id=?)"))
 
 
+_NEWEST = HEAD.format(column="head_count", buffer="?")[1:-1]
+_NEWEST_SEEK = "SEARCH messages USING PRIMARY KEY (buffer_id=?)"
+
+
+def _scans(statement: Statement, plan: list[str]) -> list[str]:
+    """The steps of ``plan`` that visit a whole buffer, less the seeks of the newest entry
+    (schema 7's state, :data:`HEAD`): the same plan line, but the first row of the
+    clustered key read backwards is the one wanted (``ORDER BY pos DESC LIMIT 1`` and no
+    sort: :func:`test_the_state_is_one_seek_of_the_newest_entry`)."""
+    scans = [line for line in plan if _scans_the_buffer(line)]
+    seeks = statement[0].count("ORDER BY pos DESC LIMIT 1)")
+    for _ in range(seeks):
+        if _NEWEST_SEEK in scans:
+            scans.remove(_NEWEST_SEEK)
+    return scans
+
+
 @pytest.mark.parametrize("calls", [1, 3, 8])
 def test_mem1_results_are_read_by_id_however_many_an_append_mentions(
         cold_store: tuple[SQLiteStore, list[Statement]], calls: int) -> None:
@@ -77,7 +95,7 @@ def test_mem1_results_are_read_by_id_however_many_an_append_mentions(
     assert views, "the append read no results by id"
     for statement in seen:
         plan = _plan(store.path, statement)
-        assert not [line for line in plan if _scans_the_buffer(line)], (statement[0], plan)
+        assert not _scans(statement, plan), (statement[0], plan)
     assert any("messages_result" in line for line in _plan(store.path, views[0]))
 
 
@@ -91,7 +109,18 @@ def test_a_late_result_and_a_healed_turn_search_by_index(
     assert any(s[0].startswith("INSERT INTO messages") and "healed = 1" in s[0] for s in seen)
     for statement in seen:
         plan = _plan(store.path, statement)
-        assert not [line for line in plan if _scans_the_buffer(line)], (statement[0], plan)
+        assert not _scans(statement, plan), (statement[0], plan)
+
+
+def test_the_state_is_one_seek_of_the_newest_entry(
+        cold_store: tuple[SQLiteStore, list[Statement]]) -> None:
+    """Schema 7: a buffer's state is read from its newest entry, the clustered key read
+    backwards from the buffer's end — no sort, no scan (MEM-12's appends stay O(1))."""
+    store, _ = cold_store
+    assert _plan(store.path, (_NEWEST, (1,))) == [_NEWEST_SEEK]
+    with sqlite3.connect(store.path) as conn:
+        steps = [row[1] for row in conn.execute("EXPLAIN " + _NEWEST, (1,))]
+    assert "SorterOpen" not in steps and "Prev" in steps  # backwards, first row: LIMIT 1
 
 
 @pytest.mark.parametrize("statement", [_FILL_JSON, _FILL_ROWS], ids=["json1", "rows"])
@@ -102,6 +131,7 @@ def test_a_fill_reads_the_ids_from_indexes_never_the_bodies(
     store, _ = cold_store
     plan = _plan(store.path, (statement, (1, 1, 1, 1)))
     on_messages = [line for line in plan if line.split()[1:2] == ["messages"]]
+    on_messages.remove(_NEWEST_SEEK)  # the unanswered calls, on the newest entry (schema 7)
     assert len(on_messages) == 2, plan
     assert "COVERING INDEX messages_result" in on_messages[0]
     assert "INDEX messages_healed" in on_messages[1]

@@ -139,6 +139,8 @@ class SQLConversations(Reads):
     """
 
     index_tables: tuple[str, ...] = ("messages", "calls")  # a buffer's other rows
+    buffer_row: str = _BUFFER_ROW
+    """A key's buffer: ``(id, count, next position, pending)`` (parameters: the key)."""
 
     def __init__(self, *, lock_row: str = "") -> None:
         self.lock_row = lock_row
@@ -312,7 +314,7 @@ class SQLConversations(Reads):
         value), three when it is created.
         """
         where = (key.scope, key.scope_id, key.key)
-        select = _BUFFER_ROW + self.lock_row
+        select = self.buffer_row + self.lock_row
         rows = yield (select, where)
         if not rows:
             if (yield ("SELECT 1 FROM kv WHERE scope = ? AND scope_id = ? AND key = ?", where)):
@@ -340,11 +342,12 @@ class SQLConversations(Reads):
         """
         where = (key.scope, key.scope_id, key.key)
         view = self._view_statements(key, incoming)
-        row, *view_rows = yield Batch(((_BUFFER_ROW + self.lock_row, where), *view))
+        select = self.buffer_row + self.lock_row
+        row, *view_rows = yield Batch(((select, where), *view))
         if not row:
             value, _, row, *view_rows = yield Batch((
                 ("SELECT 1 FROM kv WHERE scope = ? AND scope_id = ? AND key = ?", where),
-                (_NEW_BUFFER, where), (_BUFFER_ROW + self.lock_row, where), *view))
+                (_NEW_BUFFER, where), (select, where), *view))
             if value:
                 raise KeyConflict(f"key {key.key!r} holds a plain value, not a conversation")
         buffer_id, count, next_pos, pending = row[0]
@@ -369,12 +372,21 @@ class SQLConversations(Reads):
         edited = edit_entries([(int(pos), decode(body)) for pos, body in rows], position, message)
         if edited is None:
             return False
+        next_pos = yield from self.next_position(buffer_id)
         for table in self.index_tables:
             yield (f"DELETE FROM {table} WHERE buffer_id = ?", (buffer_id,))
-        yield from self._rewrite(buffer_id, edited)
+        yield from self._rewrite(buffer_id, edited, next_pos)
         return True
 
-    def _rewrite(self, buffer_id: int, entries: list[tuple[int, Message]]) -> Program[None]:
+    def next_position(self, buffer_id: int) -> Program[int | None]:
+        """What an edit reads of the buffer's next position before it rewrites the
+        entries: nothing where the row keeps it (``None``; SQLite reads it: it is kept
+        on the newest entry, :mod:`.sqlite_head`)."""
+        yield from ()
+        return None
+
+    def _rewrite(self, buffer_id: int, entries: list[tuple[int, Message]],
+                 next_pos: int | None) -> Program[None]:
         indexes = derive_indexes(entries)
         owner = {spots[0]: call for call, spots in indexes.results.items()}
         for pos, message in entries:
@@ -388,11 +400,11 @@ class SQLConversations(Reads):
                 yield ("INSERT INTO calls (buffer_id, call_id, turn_pos, ord) "
                        "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                        (buffer_id, call, turn, order))
-        yield from self.save_rewritten(buffer_id, len(entries), indexes.pending)
+        yield from self.save_rewritten(buffer_id, len(entries), indexes.pending, next_pos)
 
-    @staticmethod
-    def save_rewritten(buffer_id: int, count: int,
-                       pending: Sequence[PendingCall]) -> Program[None]:
-        """The unanswered calls and the count of a rewritten buffer."""
+    def save_rewritten(self, buffer_id: int, count: int, pending: Sequence[PendingCall],
+                       next_pos: int | None) -> Program[None]:
+        """The unanswered calls and the count of a rewritten buffer (``next_pos``: what
+        :meth:`next_position` read)."""
         yield ("UPDATE buffers SET count = ?, pending = ? WHERE id = ?",
                (count, PendingInRow.of(pending).encode(), buffer_id))

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
-from typing import Final
+from typing import Final, Protocol
 
 from ..errors import StoreError
 from ..messages import healed_placeholder
@@ -47,10 +47,22 @@ from ..plan import (
 )
 from .sql_program import Batch, Program, Rows, Statement, encode
 
-__all__ = ["SAVE", "SAVE_UNCHECKED", "Applied", "PendingInRow", "add_statements", "apply_plan",
-           "save_statement"]
+__all__ = [
+    "INSERT_ENTRY",
+    "IN_ROW",
+    "SAVE",
+    "SAVE_UNCHECKED",
+    "Applied",
+    "PendingInRow",
+    "RowSaver",
+    "Saver",
+    "add_statements",
+    "apply_plan",
+    "save_statement",
+    "store_state",
+]
 
-_INSERT_ENTRY: Final = ("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
+INSERT_ENTRY: Final = ("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
                         "VALUES (?, ?, ?, ?, ?, ?)")
 # The placeholder's position, or NULL (refused by NOT NULL, checked before the
 # conflict) when no placeholder holds the id: the upsert then overwrites it in place.
@@ -85,6 +97,62 @@ _PENDING_AGAIN: Final = (  # after a window cut: a call's first declaration left
     "WHERE m.buffer_id = c.buffer_id AND m.result_id = c.call_id AND m.pos > {cut})"
 )
 
+class Saver(Protocol):
+    """Where a backend keeps a buffer's state (its count, next position, unanswered calls
+    and version) and the statements that store it at the end of an append."""
+
+    carries: bool
+    """Whether the state can ride on the INSERT of the append's newest entry
+    (:meth:`carried`) when the append only adds entries."""
+    checked: bool
+    """Whether the statements of :meth:`saved` return a row to check."""
+
+    def carried(self, entry: Statement, count: int, next_pos: int, pending: PendingInRow,
+                version: int | None) -> Statement:
+        """The INSERT ``entry`` (of the buffer's newest entry) storing the state too."""
+
+    def saved(self, buffer_id: int, count: int, next_pos: int, pending: PendingInRow,
+              version: int | None) -> list[Statement]:
+        """The statements storing the state on their own."""
+
+
+class RowSaver:
+    """The state kept in the buffer's row (PostgreSQL): one ``UPDATE`` of it per append,
+    the calls written only when the plan changed them."""
+
+    carries = False
+
+    def __init__(self, save: str = "") -> None:
+        self.save = save or SAVE
+        self.checked = self.save == SAVE
+
+    def carried(self, entry: Statement, count: int, next_pos: int, pending: PendingInRow,
+                version: int | None) -> Statement:
+        raise NotImplementedError("the row's state is saved by its own statement")
+
+    def saved(self, buffer_id: int, count: int, next_pos: int, pending: PendingInRow,
+              version: int | None) -> list[Statement]:
+        return [save_statement(buffer_id, count, next_pos, self.save,
+                               pending.encode() if pending.changed else None, version)]
+
+
+IN_ROW: Final = RowSaver()
+"""The default :class:`Saver`: the buffer row, checked (:data:`SAVE`)."""
+
+
+def store_state(saver: Saver, queued: list[Statement], newest: int | None, quiet: bool,
+                buffer_id: int, count: int, next_pos: int, pending: PendingInRow,
+                version: int | None) -> None:
+    """Queue the statements storing the buffer's state after an append: on the INSERT at
+    ``queued[newest]`` (the newest entry's) when the saver carries it and the append was
+    ``quiet`` (it only added entries: nothing healed, replaced or evicted), else
+    :meth:`Saver.saved`'s, last."""
+    if quiet and newest is not None and saver.carries:
+        queued[newest] = saver.carried(queued[newest], count, next_pos, pending, version)
+    else:
+        queued += saver.saved(buffer_id, count, next_pos, pending, version)
+
+
 Then = Callable[[int, int], Sequence[Statement]]
 """The statements that end the transaction with the append, given ``(count, appended)``."""
 Applied = tuple[int, int, list[Rows]]
@@ -100,17 +168,18 @@ class PendingInRow:
     :attr:`calls` as it queues the plan and saves them with the row when changed.
     """
 
-    __slots__ = ("calls", "changed")
+    __slots__ = ("_text", "calls", "changed")
 
-    def __init__(self, calls: dict[str, tuple[int, int]]) -> None:
+    def __init__(self, calls: dict[str, tuple[int, int]], text: str | None = None) -> None:
         self.calls = calls
         self.changed = False
+        self._text = text  # the stored text, while unchanged
 
     @classmethod
     def decode(cls, text: str) -> PendingInRow:
         """The calls of a stored ``buffers.pending`` text."""
         return cls({call: (int(turn), int(order))
-                    for call, (turn, order) in json.loads(text).items()})
+                    for call, (turn, order) in json.loads(text).items()}, text)
 
     @classmethod
     def of(cls, calls: Iterable[PendingCall]) -> PendingInRow:
@@ -122,7 +191,9 @@ class PendingInRow:
         return cls(held)
 
     def encode(self) -> str:
-        return encode(self.calls)  # a pair is encoded as a JSON array
+        if self._text is None or self.changed:
+            self._text = encode(self.calls)  # a pair is encoded as a JSON array
+        return self._text
 
     def as_calls(self) -> list[PendingCall]:
         """The calls as the planner's view holds them."""
@@ -139,28 +210,29 @@ class PendingInRow:
 
 def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
                max_messages: int | None, then: Then, pending: PendingInRow,
-               save: str = SAVE,
+               saver: Saver = IN_ROW,
                added: list[tuple[int, str]] | None = None,
                version: int | None = None) -> Program[Applied]:
     """Execute ``plan``, the window and ``then``'s statements; returns ``(count, appended,
     rows of then's statements)``.
 
-    Ends the program: its last step is a final :class:`Batch`. ``save`` is the
-    statement that stores the buffer row (:data:`SAVE` or :data:`SAVE_UNCHECKED`);
-    ``pending``: the unanswered calls the plan was made with, as the row keeps them
-    (:class:`PendingInRow`; saved with the row when the plan changes them). ``added``
-    receives ``(position, JSON text)`` of each entry an :class:`~flowmem.plan.AddEntry`
-    inserts, in order. ``version``: the buffer row's new version (SQLite's
-    ``buffers.version``; with :data:`SAVE_UNCHECKED` only).
+    Ends the program: its last step is a final :class:`Batch`. ``saver`` stores the
+    buffer's state (:class:`Saver`: the row, checked, by default); ``pending``: the
+    unanswered calls the plan was made with, as the state keeps them
+    (:class:`PendingInRow`). ``added`` receives ``(position, JSON text)`` of each entry
+    an :class:`~flowmem.plan.AddEntry` inserts, in order. ``version``: the state's new
+    version (SQLite's; with an unchecked saver only).
     """
     queued: list[Statement] = []
     positions: dict[int, int] = {}
     appended = 0
-    check = save == SAVE  # whether the last batch has rows to check
+    check = saver.checked  # whether the last batch has rows to check
+    newest: int | None = None  # where in queued the newest entry's INSERT is
     for op in plan.ops:
         if isinstance(op, AddEntry):
             positions[op.ordinal] = next_pos
             body = encode(op.message)
+            newest = len(queued)
             queued += add_statements(buffer_id, next_pos, op, body, pending)
             if added is not None:
                 added.append((next_pos, body))
@@ -174,12 +246,12 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
             turn = positions[op.turn.ordinal] if isinstance(op.turn, NewTurn) else op.turn
             queued = yield from _heal(buffer_id, turn, op.call_ids, pending)
             count += len(op.call_ids)
+    quiet = not (plan.healed or plan.replaced)
     if max_messages is not None and count > max_messages:
         removed, queued = yield from evict(buffer_id, count - max_messages, queued, pending)
         count -= removed
-    queued.append(save_statement(buffer_id, count, next_pos, save,
-                        pending.encode() if pending.changed else None,
-                        version))
+        quiet = False
+    store_state(saver, queued, newest, quiet, buffer_id, count, next_pos, pending, version)
     closing = then(count, appended)
     queued += closing
     answers = yield from _send(queued, final=True, check=check)
@@ -220,10 +292,10 @@ def add_statements(buffer_id: int, pos: int, op: AddEntry, body: str,
     """The statements inserting ``op``'s entry (JSON ``body``) at ``pos`` and indexing it;
     the calls it answers and opens change in ``pending`` (kept in the row)."""
     if op.answers is None:
-        statements: list[Statement] = [(_INSERT_ENTRY, (buffer_id, pos, op.message["role"],
+        statements: list[Statement] = [(INSERT_ENTRY, (buffer_id, pos, op.message["role"],
                                                          None, 0, body))]
     else:
-        statements = [(_INSERT_ENTRY, (buffer_id, pos, "tool", op.answers, int(op.healed), body))]
+        statements = [(INSERT_ENTRY, (buffer_id, pos, "tool", op.answers, int(op.healed), body))]
         pending.answer(op.answers)
     if op.declares:
         statements.append(_insert_calls(buffer_id, pos, op.declares))
@@ -254,7 +326,7 @@ def _heal(buffer_id: int, turn: int, call_ids: Sequence[str],
     base = int(end[0][0])
     statements: list[Statement] = []
     for offset, call in enumerate(call_ids, start=1):
-        statements.append((_INSERT_ENTRY, (buffer_id, base + offset, "tool", call, 1,
+        statements.append((INSERT_ENTRY, (buffer_id, base + offset, "tool", call, 1,
                                            encode(healed_placeholder(call)))))
         pending.answer(call)
     return statements

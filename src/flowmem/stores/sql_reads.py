@@ -32,13 +32,17 @@ _COUNT_OR_VALUE: Final = (
 class Reads:
     """History pages and whole conversations, as SQL programs."""
 
+    count_or_value: str = _COUNT_OR_VALUE
+    """A key's buffer's count (``NULL``: no buffer) and whether the key holds a value, as
+    one row (parameters: the key, twice)."""
+
     def history(self, key: StorageKey, last: int | None,
                 before: int | None) -> Program[HistoryPage]:
         """One batch (on PostgreSQL one round trip, with ``BEGIN`` and ``COMMIT``): the
         buffer's count and whether the key holds a value (one row), the page, and under a
         cursor the count older than it (an index range count, no row is read)."""
         where = (key.scope, key.scope_id, key.key)
-        statements = [(_COUNT_OR_VALUE, (*where, *where)),
+        statements = [(self.count_or_value, (*where, *where)),
                       self.page_statement(BUFFER_BY_KEY, where, last, before)]
         if before is not None:
             statements.append((f"SELECT count(*) FROM messages WHERE buffer_id = {BUFFER_BY_KEY} "

@@ -30,11 +30,12 @@ import sqlite3
 from collections.abc import Sequence
 
 from ..messages import Message
-from ..plan import SLOT, AddEntry, AppendPlan, PendingCall, mentioned_ids, plan_append
+from ..plan import SLOT, AddEntry, AppendPlan, mentioned_ids, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, Idempotency, plan_stats
-from .sql_apply import SAVE_UNCHECKED, PendingInRow, add_statements, save_statement
+from .sql_apply import PendingInRow, add_statements, store_state
 from .sql_program import Execute, Statement, drive, encode
+from .sqlite_head import ON_NEWEST
 from .sqlite_hot import HotBuffer, HotBuffers, adds_only
 from .sqlite_programs import DATA_VERSION, VERSION, SQLiteConversations, hot_tail
 
@@ -86,21 +87,20 @@ def _apply(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, cursor: sqlite3
     """:func:`~flowmem.stores.sql_apply.apply_plan` of an add-only plan on a hot copy,
     then the copy's update (as :meth:`SQLiteConversations.apply` does)."""
     buffer_id, pos, count = buffer.buffer_id, buffer.next_pos, buffer.count
-    # the copy's calls, or none when the plan neither answers nor opens one of them
-    pending = PendingInRow.of(buffer.pending.values()) if _touches(
-        plan, buffer.pending) else PendingInRow({})
+    pending = PendingInRow.of(buffer.pending.values())
     version = random.getrandbits(62)  # drawn where the program draws it
     queued: list[Statement] = []
     added: list[tuple[int, str]] = []
+    newest: int | None = None
     for op in plan.ops:
         assert isinstance(op, AddEntry)  # _short: nothing healed or replaced
         body = encode(op.message)
+        newest = len(queued)
         queued += add_statements(buffer_id, pos, op, body, pending)
         added.append((pos, body))
         pos += SLOT
     count += plan.appended
-    queued.append(save_statement(buffer_id, count, pos, SAVE_UNCHECKED,
-                                 pending.encode() if pending.changed else None, version))
+    store_state(ON_NEWEST, queued, newest, True, buffer_id, count, pos, pending, version)
     execute = cursor.execute  # no rows to read: each statement runs whole in execute
     for sql, params in queued:
         execute(sql, params)
@@ -108,12 +108,3 @@ def _apply(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, cursor: sqlite3
     buffer.version, buffer.checked = version, hot.version
     page = hot_tail(buffer, tail, count) if tail else None
     return AppendOutcome(count, plan.appended, serialized, plan_stats(plan), tail=page)
-
-
-def _touches(plan: AppendPlan, pending: dict[str, PendingCall]) -> bool:
-    """Whether an add-only plan answers or opens a call (changes the row's calls)."""
-    for op in plan.ops:
-        assert isinstance(op, AddEntry)
-        if op.opens or (op.answers is not None and op.answers in pending):
-            return True
-    return False

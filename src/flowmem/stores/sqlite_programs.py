@@ -34,25 +34,32 @@ from typing import Any, Final
 from ..errors import StoreError
 from ..messages import Message
 from ..pages import UNPARSED
-from ..plan import AppendPlan, BufferView, mentioned_ids
+from ..plan import AppendPlan, BufferView, PendingCall, mentioned_ids
 from ..scopes import StorageKey
 from ..store import HistoryPage
 from .sql import Program, SQLConversations, decode, view_parts, view_sets
-from .sql_apply import SAVE_UNCHECKED, Applied, PendingInRow, Then, apply_plan
-from .sql_program import Rows, Statement
+from .sql_apply import Applied, PendingInRow, Then, apply_plan
+from .sql_program import Batch, Rows, Statement
+from .sqlite_head import (
+    BUFFER_ROW,
+    COUNT_OR_VALUE,
+    NEXT_OF,
+    ON_NEWEST,
+    PENDING,
+    PENDING_OF,
+    STATE_OF,
+    VERSION,
+)
 from .sqlite_hot import HotBuffer, HotBuffers, adds_only
 
 __all__ = ["DATA_VERSION", "RESULTS_BY_ID", "VERSION", "SQLiteConversations", "has_json1",
            "hot_tail"]
 
-_BUFFER_ROW: Final = ("WITH b AS (SELECT id, count, next_pos, pending, version FROM buffers "
-                      "WHERE scope = ? AND scope_id = ? AND key = ?) "
-                      "SELECT 3, id, count, next_pos FROM b "
+_BUFFER_ROW: Final = ("WITH b (id, count, next_pos, pending, version) AS "
+                      f"({STATE_OF}) SELECT 3, id, count, next_pos FROM b "
                       "UNION ALL SELECT 4, pending, version, 0 FROM b")
 DATA_VERSION: Final = ("PRAGMA data_version", ())
 """The statement telling whether another connection committed (:mod:`.sqlite_hot`)."""
-VERSION: Final = "SELECT version FROM buffers WHERE id = ?"
-"""A hot copy's buffer row's version, read when another connection committed."""
 RESULTS_BY_ID: Final = "messages INDEXED BY messages_result"
 """The MEM-1 results, read by id. Named, because SQLite's planner, without statistics
 (flowmem never runs ``ANALYZE``), takes the clustered key for three ids or more and
@@ -67,11 +74,11 @@ _PLACEHOLDER_IDS: Final = ("FROM messages INDEXED BY messages_healed "
 _FILL_JSON: Final = (f"SELECT (SELECT json_group_array(result_id) {_RESULT_IDS}), "
                      f"(SELECT json_group_array(result_id) {_PLACEHOLDER_IDS}), "
                      "(SELECT json_group_array(call_id) FROM calls WHERE buffer_id = ?), "
-                     "(SELECT pending FROM buffers WHERE id = ?)")
+                     f"({PENDING_OF})")
 _FILL_ROWS: Final = (f"SELECT 0, result_id {_RESULT_IDS} "
                      f"UNION ALL SELECT 1, result_id {_PLACEHOLDER_IDS} "
                      "UNION ALL SELECT 2, call_id FROM calls WHERE buffer_id = ? "
-                     "UNION ALL SELECT 3, pending FROM buffers WHERE id = ?")
+                     f"UNION ALL SELECT 3, {PENDING} FROM buffers AS b WHERE b.id = ?")
 # JSON text never holds a raw control character (an encoder escapes them all), so
 # the record separator cannot occur inside a body: it splits the aggregate exactly.
 _SEPARATOR: Final = "\x1e"
@@ -86,8 +93,12 @@ class SQLiteConversations(SQLConversations):
     """The shared programs, with :meth:`open_and_view` in one statement (or none).
 
     ``hot`` is the hot-buffer copy of the ONE connection these programs run
-    on (``None``: always read the view).
+    on (``None``: always read the view). The buffer's state is read from its
+    newest entry and written there (:mod:`.sqlite_head`).
     """
+
+    buffer_row = BUFFER_ROW
+    count_or_value = COUNT_OR_VALUE
 
     def __init__(self, hot: HotBuffers | None = None) -> None:
         super().__init__()
@@ -174,7 +185,7 @@ class SQLiteConversations(SQLConversations):
         version = random.getrandbits(62)  # every change of a buffer gives its row a new one
         # the row was read (or known hot) under this transaction's write lock: no check
         done = yield from apply_plan(buffer_id, count, next_pos, plan, max_messages, then,
-                                     PendingInRow.of(view.pending), SAVE_UNCHECKED, added,
+                                     PendingInRow.of(view.pending), ON_NEWEST, added,
                                      version)
         if target is not None and self.hot is not None:
             names, buffer = target
@@ -240,6 +251,16 @@ class SQLiteConversations(SQLConversations):
         buffer.declared = set(ids[2])
         buffer.pending = {p.call_id: p for p in PendingInRow.decode(pending).as_calls()}
         buffer.known = None
+
+    def next_position(self, buffer_id: int) -> Program[int | None]:
+        rows = yield (NEXT_OF, (buffer_id,))
+        return int(rows[0][0])
+
+    def save_rewritten(self, buffer_id: int, count: int, pending: Sequence[PendingCall],
+                       next_pos: int | None) -> Program[None]:
+        assert next_pos is not None
+        yield Batch(tuple(ON_NEWEST.saved(buffer_id, count, next_pos, PendingInRow.of(pending),
+                                          random.getrandbits(62))))
 
     def read(self, key: StorageKey) -> Program[tuple[bool, Any]]:
         """The value, else the conversation: one statement when the key holds a value

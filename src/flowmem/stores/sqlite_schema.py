@@ -108,6 +108,22 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     """
     CREATE INDEX messages_healed ON messages (buffer_id, result_id) WHERE healed = 1;
     """,
+    # 7: a buffer's state (count, next position, unanswered calls, version) rides on its
+    # newest entry (stores/sqlite_head.py): the common append writes no row of `buffers`,
+    # one statement and one page less. The row keeps an empty buffer's state; its count
+    # goes, so a writer of an older flowmem still running on the file fails (its
+    # statements name the column) instead of saving a state nobody reads.
+    """
+    ALTER TABLE messages ADD COLUMN head_count INTEGER;
+    ALTER TABLE messages ADD COLUMN head_next INTEGER;
+    ALTER TABLE messages ADD COLUMN head_pending TEXT;
+    ALTER TABLE messages ADD COLUMN head_version INTEGER;
+    UPDATE messages SET head_count = b.count, head_next = b.next_pos,
+        head_pending = b.pending, head_version = b.version
+        FROM buffers AS b WHERE messages.buffer_id = b.id
+        AND messages.pos = (SELECT max(pos) FROM messages AS m WHERE m.buffer_id = b.id);
+    ALTER TABLE buffers DROP COLUMN count;
+    """,
 )
 """Schema migrations; ``PRAGMA user_version`` is the number applied."""
 
