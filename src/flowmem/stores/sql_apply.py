@@ -188,7 +188,7 @@ class PendingInRow:
         for call in calls:
             assert not isinstance(call.turn, NewTurn)
             held[call.call_id] = (call.turn, call.order)
-        return cls(held)
+        return cls(held, None if held else "{}")  # most appends leave no call unanswered
 
     def encode(self) -> str:
         if self._text is None or self.changed:
