@@ -14,7 +14,9 @@ thread locks per lock file per process (:func:`key_locks`).
 One more byte, past the stripes, is the *setup* lock (:meth:`KeyLocks.setup`):
 the SQLite store opens and migrates a database under it, so that any number
 of processes opening one database at once take turns instead of failing.
-A lock file flowmem creates is ``0600`` whatever the umask.
+A lock file flowmem creates is ``0600`` whatever the umask. Its contents, one
+byte per stripe, are the published holds of :mod:`.holds` (an SQLite append
+reads them instead of taking its key's lock).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import time
 from typing import Final
 
 from ..scopes import StorageKey
+from .holds import Holds, map_holds
 
 try:  # POSIX only; elsewhere the locks serialize threads of one process
     import fcntl
@@ -65,8 +68,11 @@ class KeyLocks:
         self._guard = threading.Lock()
         self._threads: dict[int, threading.Lock] = {}
         self._fd: int | None = None
+        self.holds: Holds | None = None
+        """The published holds of the lock file (:mod:`.holds`); ``None``: none kept."""
         if path is not None and fcntl is not None:
             self._fd = _open_lock_file(path)
+            self.holds = map_holds(self._fd, STRIPES)
 
     @property
     def fd(self) -> int | None:

@@ -64,12 +64,20 @@ from ..errors import (
 from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
-from .locks import KeyLocks, key_locks
+from .holds import published
+from .locks import KeyLocks, key_locks, stripe_of
 from .sql import Program, T, drive, encode
 from .sqlite_errors import is_busy, mapped_error
 from .sqlite_fast import executor, run_append
 from .sqlite_files import DatabaseFiles, FileIdentity
-from .sqlite_group import AppendRequest, GroupAborted, each_alone, group_locks, run_group
+from .sqlite_group import (
+    AppendRequest,
+    GroupAborted,
+    each_alone,
+    group_locks,
+    run_group,
+    run_unheld,
+)
 from .sqlite_hot import HotBuffers
 from .sqlite_programs import SQLiteConversations
 from .sqlite_schema import (
@@ -346,8 +354,17 @@ class SQLiteStore:
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
                idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
+        holds, sql = self._locks.holds, self._programs()
+        stripe = 0 if holds is None else stripe_of(key)
+        if holds is not None:  # nobody holds the key: BEGIN IMMEDIATE serializes (.holds)
+            outcome = self._within(lambda cursor: None if holds.held(stripe) else run_append(
+                sql, cursor, key, incoming, max_messages, True, idempotency, tail,
+                short=self.short_appends))
+            if outcome is not None:
+                return outcome
         with self._locks.hold(key, lock_timeout) as serialized:
-            sql = self._programs()
+            if serialized and holds is not None:
+                holds.withdraw(stripe)  # a holder killed while holding left it published
             return self._within(lambda cursor: run_append(
                 sql, cursor, key, incoming, max_messages, serialized, idempotency, tail,
                 short=self.short_appends))
@@ -359,6 +376,12 @@ class SQLiteStore:
         refused it alone. Each append is as atomic and as serialized as alone.
         """
         try:
+            holds = self._locks.holds
+            if holds is not None:
+                answers = run_unheld(self._within, holds, self._programs(), requests,
+                                     self.short_appends)
+                if answers is not None:
+                    return answers
             with group_locks(self._locks, requests) as serialized:
                 return run_group(self._within, self._programs(), requests, serialized,
                                  self.short_appends)
@@ -379,7 +402,11 @@ class SQLiteStore:
         return self._run(_SQL.keys(scope, scope_id, prefix, after, limit), "DEFERRED")
 
     def lock(self, key: StorageKey, timeout: float) -> AbstractContextManager[bool]:
-        return self._locks.hold(key, timeout)
+        hold, holds = self._locks.hold(key, timeout), self._locks.holds
+        if holds is None:
+            return hold
+        return published(hold, holds, stripe_of(key), lambda publish: self._within(
+            lambda cursor: publish()))
 
     def integrity_check(self) -> str:
         """``PRAGMA integrity_check``: ``"ok"`` for a sound database file."""

@@ -32,11 +32,12 @@ from dataclasses import dataclass
 from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, Idempotency
+from .holds import Holds
 from .locks import KeyLocks, stripe_of
 from .sqlite_fast import run_append
 from .sqlite_programs import SQLiteConversations
 
-__all__ = ["AppendRequest", "GroupAborted", "each_alone", "group_locks", "run_group"]
+__all__ = ["AppendRequest", "GroupAborted", "each_alone", "group_locks", "run_group", "run_unheld"]
 
 _SAVEPOINT = "flowmem_append"
 Answers = list[AppendOutcome | Exception]
@@ -71,6 +72,8 @@ def group_locks(locks: KeyLocks, requests: Sequence[AppendRequest]) -> Iterator[
         for stripe in sorted(deadline):  # one global order: no two groups wait in a cycle
             wait = max(0.0, deadline[stripe] - time.monotonic())
             had[stripe] = stack.enter_context(locks.hold_stripe(stripe, wait))
+            if had[stripe] and locks.holds is not None:
+                locks.holds.withdraw(stripe)  # a holder killed while holding left it published
         yield [had[stripe] for stripe in stripes]
 
 
@@ -117,3 +120,28 @@ def run_group(within: Callable[[Callable[[sqlite3.Cursor], Answers]], Answers],
         return answers
 
     return within(body)
+
+
+class _Held(Exception):
+    """A hold of a request's key is published (:mod:`.holds`): the group takes the locks."""
+
+
+def run_unheld(within: Callable[[Callable[[sqlite3.Cursor], Answers]], Answers], holds: Holds,
+               sql: SQLiteConversations, requests: Sequence[AppendRequest],
+               short: bool = True) -> Answers | None:
+    """:func:`run_group` without the key locks when no request's key is held — read inside
+    the group's transaction, whose write lock keeps any hold from being published until
+    it commits (:mod:`.holds`); ``None``, with nothing written, when one is."""
+    stripes = [stripe_of(r.key) for r in requests]
+
+    def unheld(body: Callable[[sqlite3.Cursor], Answers]) -> Answers:
+        def checked(cursor: sqlite3.Cursor) -> Answers:
+            if any(holds.held(stripe) for stripe in stripes):
+                raise _Held
+            return body(cursor)
+        return within(checked)
+
+    try:
+        return run_group(unheld, sql, requests, [True] * len(requests), short)
+    except _Held:
+        return None
