@@ -11,17 +11,16 @@ one message per append, in one process, these ways interleaved round by round
     statements on flowmem's schema from plain Python;
 ``memory``
     flowmem's ``Memory.append`` as shipped;
-``no-key-file``
-    the same without the MEM-12 key lock's byte-range lock (its thread lock
-    kept): what serializing with other *processes* costs;
+``key-lock``
+    the same with the MEM-12 key lock taken by every append (its thread lock
+    and its byte-range lock), as before published holds
+    (``flowmem/stores/holds.py``): what reading the holds saves;
 ``no-file-check``
     without the ``stat`` after each transaction that refuses to acknowledge
-    a write into a deleted or replaced file;
-``neither``
-    without both.
+    a write into a deleted or replaced file: what that guarantee costs.
 
-The last three switch a guarantee OFF, on a private store, to price it; flowmem
-never runs so. Checkpoints are off in every way (``wal_autocheckpoint=0``: on
+The last two run a private store otherwise than flowmem does, to price a
+guarantee or a change. Checkpoints are off in every way (``wal_autocheckpoint=0``: on
 this machine SQLite's inline checkpoint adds 4–7 µs an append of wall time,
 in fsyncs, to each way alike) unless ``--checkpoints``. It prints µs of CPU per
 message (median of the rounds) and each way's difference from ``memory``;
@@ -47,14 +46,13 @@ from bench import sqlite_statements
 from bench.callgrind import per_item
 from bench.workload import DEFAULT_SEED, stream
 
-WAYS = ("floor", "statements", "memory", "no-key-file", "no-file-check", "neither")
+WAYS = ("floor", "statements", "memory", "key-lock", "no-file-check")
 Append = Callable[[int, dict[str, Any]], None]
 
 
 def _memory(path: str, name: str, checkpoints: bool) -> Append:
     from flowmem import ExecutionContext
     from flowmem.memory import Memory
-    from flowmem.stores.locks import KeyLocks
     from flowmem.stores.sqlite import SQLiteStore
 
     memory = Memory.from_url(f"sqlite:///{path}?synchronous=normal")
@@ -62,9 +60,9 @@ def _memory(path: str, name: str, checkpoints: bool) -> Append:
     assert isinstance(store, SQLiteStore)
     if not checkpoints:
         store._connection().execute("PRAGMA wal_autocheckpoint=0")
-    if name in ("no-key-file", "neither"):
-        store._locks = KeyLocks()  # thread locks only: no lock file
-    if name in ("no-file-check", "neither"):
+    if name == "key-lock":
+        store._locks.holds = None  # no published holds: every append takes its key lock
+    if name == "no-file-check":
         store._check_file = lambda: None  # type: ignore[method-assign]
     context = ExecutionContext(session_id="s")
 

@@ -9,14 +9,14 @@ one message per transaction, four ways in one process, interleaved:
     the raw floor of ``bench.compare``: ``BEGIN``, one ``INSERT``, ``COMMIT``;
 ``statements``
     the statements flowmem's common SQLite append runs, on flowmem's schema
-    (the clustered ``messages`` table, the MEM-1 results index, the
-    conversation's row and its version trigger), from plain Python:
-    ``BEGIN IMMEDIATE``, ``PRAGMA data_version``, the ``INSERT``, the row's
-    ``UPDATE``, ``COMMIT`` — no validation, no plan, no lock;
-``head``
-    the same with the conversation's row kept as an entry of the
-    ``messages`` b-tree right after its newest entry (an idea, not flowmem's
-    schema): the row's page is then usually the page the ``INSERT`` wrote;
+    (schema 7: the clustered ``messages`` table, the MEM-1 results index, the
+    conversation's state on its newest entry), from plain Python:
+    ``BEGIN IMMEDIATE``, ``PRAGMA data_version``, the ``INSERT`` carrying the
+    state, ``COMMIT`` — no validation, no plan;
+``row``
+    the same on schema 6, where the state was the conversation's row in
+    ``buffers`` (and its version trigger): the ``INSERT``, then the row's
+    ``UPDATE`` — one statement and one b-tree page more per commit;
 ``memory``
     flowmem's own ``Memory.append``.
 
@@ -47,15 +47,15 @@ if __package__ in (None, ""):  # run as a script: make ``bench`` importable
 from bench.callgrind import per_item
 from bench.workload import DEFAULT_SEED, stream
 
-WAYS = ("floor", "statements", "head", "memory")
-HEAD = 1 << 62  # the head entry's position: after every real one
+WAYS = ("floor", "statements", "row", "memory")
 _SCHEMA = (
     "CREATE TABLE buffers (id INTEGER PRIMARY KEY, scope TEXT, scope_id TEXT, key TEXT, "
     "count INTEGER, next_pos INTEGER, pending TEXT, version INTEGER, "
     "UNIQUE (scope, scope_id, key))",
     "CREATE TABLE messages (buffer_id INTEGER NOT NULL, pos INTEGER NOT NULL, "
     "role TEXT NOT NULL, result_id TEXT, healed INTEGER NOT NULL DEFAULT 0, "
-    "body TEXT NOT NULL, PRIMARY KEY (buffer_id, pos)) WITHOUT ROWID",
+    "body TEXT NOT NULL, head_count INTEGER, head_next INTEGER, head_pending TEXT, "
+    "head_version INTEGER, PRIMARY KEY (buffer_id, pos)) WITHOUT ROWID",
     "CREATE UNIQUE INDEX messages_result ON messages (buffer_id, result_id) "
     "WHERE result_id IS NOT NULL",
     "CREATE TRIGGER buffers_version AFTER UPDATE ON buffers WHEN NEW.version = OLD.version "
@@ -87,30 +87,30 @@ def _floor(path: str) -> Any:
     return append
 
 
-def _statements(path: str, head: bool) -> Any:
+def _statements(path: str, row: bool) -> Any:
     conn = _connect(path)
     for statement in _SCHEMA:
         conn.execute(statement)
-    if head:
-        conn.execute("INSERT INTO messages (buffer_id, pos, role, body) "
-                     "VALUES (1, ?, 'head', '[]')", (HEAD,))
     execute = conn.cursor().execute
 
     def append(index: int, message: dict[str, Any]) -> None:
         answered = message.get("tool_call_id")
         result = f"{answered}/{index}" if answered else None  # unique: no MEM-1 refusal here
         pos = index << 20
+        entry = (1, pos, message["role"], result, json.dumps(message))
+        version = random.getrandbits(62)
         execute("BEGIN IMMEDIATE")
         execute("PRAGMA data_version").fetchone()
-        execute("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
-                "VALUES (?, ?, ?, ?, 0, ?)", (1, pos, message["role"], result, json.dumps(message)))
-        version = random.getrandbits(62)
-        if head:
-            execute("UPDATE messages SET body = ? WHERE buffer_id = 1 AND pos = ?",
-                    (f"[{index + 1},{pos + (1 << 20)},{version}]", HEAD))
-        else:
+        if row:
+            execute("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
+                    "VALUES (?, ?, ?, ?, 0, ?)", entry)
             execute("UPDATE buffers SET count = ?, next_pos = ?, version = ? WHERE id = ?",
                     (index + 1, pos + (1 << 20), version, 1))
+        else:
+            execute("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body, "
+                    "head_count, head_next, head_pending, head_version) "
+                    "VALUES (?, ?, ?, ?, 0, ?, ?, ?, '{}', ?)",
+                    (*entry, index + 1, pos + (1 << 20), version))
         execute("COMMIT")
     return append
 
@@ -132,7 +132,7 @@ def _way(name: str, path: str) -> Any:
         return _floor(path)
     if name == "memory":
         return _memory(path)
-    return _statements(path, head=name == "head")
+    return _statements(path, row=name == "row")
 
 
 def run(name: str, messages: list[dict[str, Any]], warmup: int) -> tuple[float, float]:
