@@ -51,14 +51,12 @@ __all__ = [
     "INSERT_ENTRY",
     "IN_ROW",
     "SAVE",
-    "SAVE_UNCHECKED",
     "Applied",
     "PendingInRow",
     "RowSaver",
     "Saver",
     "add_statements",
     "apply_plan",
-    "save_statement",
     "store_state",
 ]
 
@@ -75,9 +73,6 @@ _REPLACE: Final = (
 )
 SAVE: Final = "UPDATE buffers SET count = ?, next_pos = ? WHERE id = ? RETURNING 1"
 """The buffer row's new count and next position; its one row is checked."""
-SAVE_UNCHECKED: Final = "UPDATE buffers SET count = ?, next_pos = ? WHERE id = ?"
-""":data:`SAVE` with no row to check, for a backend whose transaction already holds the
-database's write lock and read the row in it (SQLite: ``RETURNING`` costs a few µs)."""
 _BLOCK_END: Final = (  # the last entry before the first non-result after the turn
     "SELECT pos FROM messages WHERE buffer_id = ? AND pos < coalesce("
     "(SELECT pos FROM messages WHERE buffer_id = ? AND pos > ? AND role <> 'tool' "
@@ -85,9 +80,6 @@ _BLOCK_END: Final = (  # the last entry before the first non-result after the tu
 )
 _ROWS_EXPECTED: Final = (_REPLACE, SAVE)  # statements that must return exactly one row
 _SAVE_PENDING: Final = "UPDATE buffers SET count = ?, next_pos = ?, pending = ? WHERE id = ?"
-_SAVE_VERSIONED: Final = "UPDATE buffers SET count = ?, next_pos = ?, version = ? WHERE id = ?"
-_SAVE_PENDING_VERSIONED: Final = ("UPDATE buffers SET count = ?, next_pos = ?, pending = ?, "
-                                  "version = ? WHERE id = ?")
 _PENDING_AGAIN: Final = (  # after a window cut: a call's first declaration left, if unanswered
     "SELECT c.call_id, c.turn_pos, c.ord FROM calls AS c WHERE c.buffer_id = ? "
     "AND c.call_id IN ({touched}) AND c.turn_pos > {cut} "
@@ -117,14 +109,11 @@ class Saver(Protocol):
 
 
 class RowSaver:
-    """The state kept in the buffer's row (PostgreSQL): one ``UPDATE`` of it per append,
-    the calls written only when the plan changed them."""
+    """The state kept in the buffer's row (PostgreSQL): one ``UPDATE`` of it per append
+    (:data:`SAVE`, its row checked), the calls written only when the plan changed them."""
 
     carries = False
-
-    def __init__(self, save: str = "") -> None:
-        self.save = save or SAVE
-        self.checked = self.save == SAVE
+    checked = True
 
     def carried(self, entry: Statement, count: int, next_pos: int, pending: PendingInRow,
                 version: int | None) -> Statement:
@@ -132,12 +121,13 @@ class RowSaver:
 
     def saved(self, buffer_id: int, count: int, next_pos: int, pending: PendingInRow,
               version: int | None) -> list[Statement]:
-        return [save_statement(buffer_id, count, next_pos, self.save,
-                               pending.encode() if pending.changed else None, version)]
+        if pending.changed:
+            return [(_SAVE_PENDING, (count, next_pos, pending.encode(), buffer_id))]
+        return [(SAVE, (count, next_pos, buffer_id))]
 
 
 IN_ROW: Final = RowSaver()
-"""The default :class:`Saver`: the buffer row, checked (:data:`SAVE`)."""
+"""The default :class:`Saver`: the buffer row."""
 
 
 def store_state(saver: Saver, queued: list[Statement], newest: int | None, quiet: bool,
@@ -256,19 +246,6 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
     queued += closing
     answers = yield from _send(queued, final=True, check=check)
     return count, appended, answers[len(answers) - len(closing):]
-
-
-def save_statement(buffer_id: int, count: int, next_pos: int, save: str,
-                   pending: str | None, version: int | None) -> Statement:
-    """The statement storing the buffer row: count, next position, and the unanswered
-    calls when they changed, the version when there is one."""
-    if version is None:
-        if pending is None:
-            return save, (count, next_pos, buffer_id)
-        return _SAVE_PENDING, (count, next_pos, pending, buffer_id)
-    if pending is None:
-        return _SAVE_VERSIONED, (count, next_pos, version, buffer_id)
-    return _SAVE_PENDING_VERSIONED, (count, next_pos, pending, version, buffer_id)
 
 
 def _send(statements: list[Statement], *, final: bool = False,

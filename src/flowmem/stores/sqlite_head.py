@@ -85,12 +85,13 @@ class HeadSaver:
     def carried(entry: Statement, count: int, next_pos: int, pending: PendingInRow,
                 version: int | None) -> Statement:
         sql, params = entry
-        assert sql == INSERT_ENTRY
+        assert sql == INSERT_ENTRY and version is not None  # a NULL version reads as the row's
         return INSERT_WITH_HEAD, (*params, count, next_pos, pending.encode(), version)
 
     @staticmethod
     def saved(buffer_id: int, count: int, next_pos: int, pending: PendingInRow,
               version: int | None) -> list[Statement]:
+        assert version is not None
         if count == 0:
             return [(_SAVE_EMPTY, (next_pos, pending.encode(), version, buffer_id))]
         return [(_SAVE_ON_NEWEST, (count, next_pos, pending.encode(), version, buffer_id,
