@@ -11,6 +11,11 @@ Tables (created by each backend's migrations)::
         UNIQUE (buffer_id, result_id) WHERE result_id IS NOT NULL
     calls(buffer_id, call_id, turn_pos, ord)             every declaration
 
+SQLite (schema 7) keeps a conversation's count, next position and calls on its
+newest message instead of its row (:mod:`flowmem.stores.sqlite_head`); the
+programs name the state through :attr:`SQLConversations.buffer_row`,
+``count_or_value`` and the :class:`~flowmem.stores.sql_apply.Saver` they pass.
+
 Every statement an append runs is an indexed look-up or a bounded range scan;
 none reads the whole conversation. A result is written with one upsert on
 the (buffer, result id) unique key, so even two unserialized writers cannot

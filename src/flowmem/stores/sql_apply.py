@@ -150,12 +150,13 @@ Applied = tuple[int, int, list[Rows]]
 
 
 class PendingInRow:
-    """The unanswered calls kept in the buffer row (``buffers.pending``, SQLite) instead of
-    a ``pending`` table: one JSON object ``{call id: [turn position, order]}``.
+    """The unanswered calls kept in the buffer's state instead of a ``pending`` table: one
+    JSON object ``{call id: [turn position, order]}`` (in the buffer's row on PostgreSQL,
+    on its newest entry on SQLite, :mod:`.sqlite_head`).
 
-    The row is written by every append anyway, so the calls an append opens or
+    The state is written by every append anyway, so the calls an append opens or
     answers cost no statement and no page of their own. :func:`apply_plan` changes
-    :attr:`calls` as it queues the plan and saves them with the row when changed.
+    :attr:`calls` as it queues the plan; its :class:`Saver` stores them.
     """
 
     __slots__ = ("_text", "calls", "changed")
@@ -167,7 +168,7 @@ class PendingInRow:
 
     @classmethod
     def decode(cls, text: str) -> PendingInRow:
-        """The calls of a stored ``buffers.pending`` text."""
+        """The calls of a stored text (``buffers.pending``, SQLite's ``head_pending``)."""
         return cls({call: (int(turn), int(order))
                     for call, (turn, order) in json.loads(text).items()}, text)
 

@@ -13,10 +13,10 @@ connection, of this process or another, commits to the database file. It is
 read inside the append's ``BEGIN IMMEDIATE`` transaction, under the
 database's write lock, so nothing can commit between the check and the
 append's own ``COMMIT``. After a change, a copy is checked against its own
-buffer's row before it is used: every change of a buffer gives the row a new
-``version`` (schema 5: flowmem's appends write a random one, and a trigger
-gives one to any other change of the row, an edit or an older flowmem's
-append), which the copy remembers from its own last write. One more
+buffer's state before it is used: every change of a buffer gives its state a
+new random ``version`` (schema 5; on the buffer's newest entry since schema 7,
+:mod:`.sqlite_head`, whose migration makes an older flowmem's writer fail),
+which the copy remembers from its own last write. One more
 statement when another connection committed, and the copy is kept when that
 commit touched other buffers (another ``--workers`` process's sessions); a
 copy whose buffer changed is dropped. A stale copy is therefore never
@@ -107,7 +107,7 @@ class HotBuffer:
     tail: Tail | None = None
     """The newest entries, ``(position, JSON text)`` oldest first; ``None``: unknown."""
     version: int = 0
-    """The buffer row's version as this connection last wrote or read it."""
+    """The buffer's state's version as this connection last wrote or read it."""
     checked: int | None = None
     """The ``data_version`` at which the copy was last known current."""
     known: set[str] | None = None
@@ -204,7 +204,7 @@ class HotBuffers:
 
     def observe(self, data_version: int) -> None:
         """Note the file's data version (read in the append's transaction): a copy checked
-        at another one must be checked against its buffer's row before use."""
+        at another one must be checked against its buffer's state before use."""
         self.version = data_version
 
     def current(self, buffer: HotBuffer) -> bool:

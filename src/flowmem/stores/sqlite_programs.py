@@ -134,7 +134,7 @@ class SQLiteConversations(SQLConversations):
 
     def checked(self, names: tuple[str, str, str], buffer: HotBuffer,
                 row: Rows) -> HotBuffer | None:
-        """``buffer`` when its row's version (``row``: :data:`VERSION`'s answer) is the
+        """``buffer`` when its state's version (``row``: :data:`VERSION`'s answer) is the
         copy's (the other connection's commit touched other buffers), else ``None``."""
         assert self.hot is not None
         if row and int(row[0][0]) == buffer.version:
@@ -182,7 +182,7 @@ class SQLiteConversations(SQLConversations):
         self._applying = target[1] if target is not None and quiet else None
         self._tail_known = False
         added: list[tuple[int, str]] = []
-        version = random.getrandbits(62)  # every change of a buffer gives its row a new one
+        version = random.getrandbits(62)  # every change of a buffer gives its state a new one
         # the row was read (or known hot) under this transaction's write lock: no check
         done = yield from apply_plan(buffer_id, count, next_pos, plan, max_messages, then,
                                      PendingInRow.of(view.pending), ON_NEWEST, added,
