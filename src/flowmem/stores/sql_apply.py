@@ -57,6 +57,7 @@ __all__ = [
     "Saver",
     "add_statements",
     "apply_plan",
+    "insert_calls",
     "store_state",
 ]
 
@@ -276,21 +277,21 @@ def add_statements(buffer_id: int, pos: int, op: AddEntry, body: str,
         statements = [(INSERT_ENTRY, (buffer_id, pos, "tool", op.answers, int(op.healed), body))]
         pending.answer(op.answers)
     if op.declares:
-        statements.append(_insert_calls(buffer_id, pos, op.declares))
+        statements.append(insert_calls(buffer_id, pos, op.declares))
     for call, order in op.opens:
         pending.open(call, pos, order)
     return statements
 
 
-def _insert_calls(buffer_id: int, pos: int, calls: Sequence[str]) -> Statement:
-    """One multi-row insert of a turn's declarations."""
+def insert_calls(buffer_id: int, pos: int, calls: Sequence[str]) -> Statement:
+    """One multi-row insert of the declarations of a turn at ``pos``."""
     params = [value for order, call in enumerate(calls) for value in (buffer_id, call, pos, order)]
     return _calls_sql(len(calls)), params
 
 
 @lru_cache(maxsize=64)
 def _calls_sql(rows: int) -> str:
-    """The text of :func:`_insert_calls`' statement (the same object each time: a driver's
+    """The text of :func:`insert_calls`' statement (the same object each time: a driver's
     statement cache finds it without hashing a new text)."""
     values = ", ".join("(?, ?, ?, ?)" for _ in range(rows))
     return (f"INSERT INTO calls (buffer_id, call_id, turn_pos, ord) VALUES {values} "

@@ -29,13 +29,14 @@ import random
 import sqlite3
 from collections.abc import Sequence
 
+from .._frozen import quick_new
 from ..messages import Message
-from ..plan import SLOT, AddEntry, AppendPlan, mentioned_ids, plan_append
+from ..plan import SLOT, AddEntry, AppendPlan, Op, mentioned_ids, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, Idempotency, plan_stats
-from .sql_apply import PendingInRow, add_statements, store_state
+from .sql_apply import PendingInRow, add_statements, insert_calls, store_state
 from .sql_program import Execute, Statement, drive, encode
-from .sqlite_head import ON_NEWEST
+from .sqlite_head import INSERT_WITH_HEAD, ON_NEWEST
 from .sqlite_hot import HotBuffer, HotBuffers, adds_only
 from .sqlite_programs import DATA_VERSION, VERSION, SQLiteConversations, hot_tail
 
@@ -59,27 +60,58 @@ def run_append(sql: SQLiteConversations, cursor: sqlite3.Cursor, key: StorageKey
         return drive(sql.append(key, incoming, max_messages, serialized, idempotency, tail),
                      executor(cursor))
     names = (key.scope, key.scope_id, key.key)
-    hot.observe(int(cursor.execute(*DATA_VERSION).fetchone()[0]))
+    hot.version = version = cursor.execute(DATA_VERSION[0]).fetchone()[0]  # observed
     buffer = hot.get(names)
-    if buffer is not None and not hot.current(buffer):  # another connection committed
+    if buffer is not None and buffer.checked != version:  # another connection committed
         buffer = sql.checked(names, buffer,
                              cursor.execute(VERSION, (buffer.buffer_id,)).fetchall())
     if buffer is not None:
-        unknown = buffer.unknown(mentioned_ids(incoming)) if buffer.known is not None else None
-        if unknown:  # a partial copy learns what it does not know, as the program would
-            drive(sql.learn(names, buffer, unknown), executor(cursor))
+        if buffer.known is not None:
+            unknown = buffer.unknown(mentioned_ids(incoming))
+            if unknown:  # a partial copy learns what it does not know, as the program would
+                drive(sql.learn(names, buffer, unknown), executor(cursor))
         plan = plan_append(buffer.view(), incoming)
-        if _short(plan, buffer, max_messages, tail):
+        if adds_only(plan, buffer.count, max_messages) and (not tail or buffer.serves(tail)):
+            ops = plan.ops  # then the program would only add entries and read nothing more
+            if len(ops) == 1:
+                return _apply_one(hot, buffer, plan, ops[0], cursor, serialized, tail)
             return _apply(hot, buffer, plan, cursor, serialized, tail)
     opening = sql.opened(key, incoming, buffer)  # on as the program, from here
     return drive(sql.append(key, incoming, max_messages, serialized, None, tail, opening),
                  executor(cursor))
 
 
-def _short(plan: AppendPlan, buffer: HotBuffer, max_messages: int | None, tail: int) -> bool:
-    """Whether the program would only add entries and read nothing more (the conditions of
-    :meth:`SQLiteConversations.apply` and ``tail_statements`` for a hot copy)."""
-    return adds_only(plan, buffer.count, max_messages) and (not tail or buffer.serves(tail))
+def _apply_one(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, op: Op,
+               cursor: sqlite3.Cursor, serialized: bool, tail: int) -> AppendOutcome:
+    """:func:`_apply` of a plan of ONE entry, the common append, by plain statements: the
+    statements :func:`~flowmem.stores.sql_apply.add_statements` and
+    :meth:`HeadSaver.carried <flowmem.stores.sqlite_head.HeadSaver.carried>` make, in
+    their order (tests/test_sqlite_fast.py compares the traces of the two paths)."""
+    assert type(op) is AddEntry  # adds_only: nothing healed or replaced
+    buffer_id, pos, pending = buffer.buffer_id, buffer.next_pos, buffer.pending
+    answers, opens = op.answers, op.opens
+    version = random.getrandbits(62)  # drawn where the program draws it
+    body = encode(op.message)
+    if opens or (answers is not None and answers in pending):  # the calls change
+        calls = {c: (p.turn, p.order) for c, p in pending.items() if c != answers}
+        for call, order in opens:
+            calls[call] = (pos, order)
+        text = encode(calls) if calls else "{}"
+    else:
+        text = encode({c: (p.turn, p.order) for c, p in pending.items()}) if pending else "{}"
+    count = buffer.count + 1
+    if answers is None:
+        entry = (buffer_id, pos, op.message["role"], None, 0, body, count, pos + SLOT, text,
+                 version)
+    else:
+        entry = (buffer_id, pos, "tool", answers, int(op.healed), body, count, pos + SLOT, text,
+                 version)
+    cursor.execute(INSERT_WITH_HEAD, entry)
+    if op.declares:
+        cursor.execute(*insert_calls(buffer_id, pos, op.declares))
+    buffer.added(op, body, version, hot.version)
+    page = hot_tail(buffer, tail, count) if tail else None
+    return _outcome(count, plan.appended, serialized, plan_stats(plan), False, page)
 
 
 def _apply(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, cursor: sqlite3.Cursor,
@@ -93,7 +125,7 @@ def _apply(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, cursor: sqlite3
     added: list[tuple[int, str]] = []
     newest: int | None = None
     for op in plan.ops:
-        assert isinstance(op, AddEntry)  # _short: nothing healed or replaced
+        assert isinstance(op, AddEntry)  # adds_only: nothing healed or replaced
         body = encode(op.message)
         newest = len(queued)
         queued += add_statements(buffer_id, pos, op, body, pending)
@@ -108,3 +140,6 @@ def _apply(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, cursor: sqlite3
     buffer.version, buffer.checked = version, hot.version
     page = hot_tail(buffer, tail, count) if tail else None
     return AppendOutcome(count, plan.appended, serialized, plan_stats(plan), tail=page)
+
+
+_outcome = quick_new(AppendOutcome)

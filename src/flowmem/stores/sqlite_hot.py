@@ -63,6 +63,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from .._frozen import quick_new
 from ..pages import UNPARSED
 from ..plan import SLOT, AddEntry, AppendPlan, BufferView, HealTurn, PendingCall, ReplacePlaceholder
 from ..store import HistoryPage
@@ -128,7 +129,7 @@ class HotBuffer:
 
     def view(self) -> BufferView:
         """The live indexes as a view (the planner only reads them)."""
-        return BufferView(self.results, self.declared, list(self.pending.values()))
+        return _new_view(self.results, self.declared, list(self.pending.values()))
 
     def page(self, last: int) -> HistoryPage | None:
         """The newest ``last`` entries as a page, or ``None`` when :attr:`tail` does not
@@ -166,16 +167,10 @@ class HotBuffer:
             else:
                 self.tail.extend(added)
         pos = self.next_pos
-        # An entry's answered and declared ids were known (the append mentions them); a
-        # healed or replaced result is written here as it is stored, known or not.
+        # A healed or replaced result is written here as it is stored, known or not.
         for op in plan.ops:
             if isinstance(op, AddEntry):
-                if op.answers is not None:
-                    self.results[op.answers] = op.healed
-                    self.pending.pop(op.answers, None)
-                self.declared.update(op.declares)
-                for call, order in op.opens:
-                    self.pending[call] = PendingCall(call, pos, order)
+                self._index(op, pos)
                 pos += SLOT
             elif isinstance(op, ReplacePlaceholder):
                 self.results[op.call_id] = False
@@ -184,6 +179,32 @@ class HotBuffer:
                     self.results[call] = True
                     self.pending.pop(call, None)
         self.next_pos, self.count = pos, count
+
+    def added(self, op: AddEntry, body: str, version: int, checked: int | None) -> None:
+        """:meth:`apply` of a plan whose one operation is ``op``, inserted at
+        :attr:`next_pos` as ``body``, that left the state at ``version`` (the short
+        path's common append, :mod:`.sqlite_fast`)."""
+        pos = self.next_pos
+        if self.tail is not None:
+            self.tail.append((pos, body))
+        self._index(op, pos)
+        self.next_pos, self.count = pos + SLOT, self.count + 1
+        self.version, self.checked = version, checked
+
+    def _index(self, op: AddEntry, pos: int) -> None:
+        """The indexes of ``op``'s entry at ``pos``: its answered and declared ids were
+        known (the append mentions them)."""
+        if op.answers is not None:
+            self.results[op.answers] = op.healed
+            self.pending.pop(op.answers, None)
+        if op.declares:
+            self.declared.update(op.declares)
+        for call, order in op.opens:
+            self.pending[call] = _new_pending(call, pos, order)
+
+
+_new_view = quick_new(BufferView)
+_new_pending = quick_new(PendingCall)
 
 
 def adds_only(plan: AppendPlan, count: int, max_messages: int | None) -> bool:
