@@ -28,6 +28,7 @@ from __future__ import annotations
 import random
 import sqlite3
 from collections.abc import Sequence
+from typing import Any
 
 from .._frozen import quick_new
 from ..messages import Message
@@ -100,6 +101,7 @@ def _apply_one(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, op: Op,
     else:
         text = encode({c: (p.turn, p.order) for c, p in pending.items()}) if pending else "{}"
     count = buffer.count + 1
+    entry: tuple[Any, ...]
     if answers is None:
         entry = (buffer_id, pos, op.message["role"], None, 0, body, count, pos + SLOT, text,
                  version)
