@@ -93,6 +93,7 @@ from .sqlite_writer import writer_turns
 __all__ = ["MIGRATIONS", "MIN_SQLITE_VERSION", "SQLiteStore"]
 
 SYNCHRONOUS: Final = ("full", "normal", "off")
+_BEGIN: Final = {"IMMEDIATE": "BEGIN IMMEDIATE", "DEFERRED": "BEGIN DEFERRED"}
 MODES: Final = ("rwc", "rw", "ro")
 _T = TypeVar("_T")
 logger = logging.getLogger("flowmem")
@@ -270,7 +271,7 @@ class SQLiteStore:
         must never be acknowledged. The check runs after the commit, so a
         deletion racing with the commit is caught too.
         """
-        if self._gone is None and self._files.identity() == self._identity:
+        if self._gone is None and self._files.names(self._identity):
             return
         if self._gone is None:
             self._gone = (f"the database file {self.path} was deleted or replaced while open: "
@@ -293,7 +294,8 @@ class SQLiteStore:
         """
         if mode == "IMMEDIATE" and self.read_only:
             raise StoreReadOnly(f"{self.path} is open read-only: writes are refused")
-        conn = self._connection()
+        local = self._local
+        conn = getattr(local, "conn", None) or self._connection()
         turns = self._turns if mode == "IMMEDIATE" else None
         fd = self._locks.fd if self.queue_writers else None
         if turns is not None and not turns.take(self.busy_timeout, fd):
@@ -301,9 +303,9 @@ class SQLiteStore:
         try:
             if self._gone is not None:
                 raise StoreUnavailable(self._gone)
-            cursor: sqlite3.Cursor = self._local.cursor  # the connection's one cursor
+            cursor: sqlite3.Cursor = local.cursor  # the connection's one cursor
             try:
-                cursor.execute(f"BEGIN {mode}")
+                cursor.execute(_BEGIN[mode])
             except sqlite3.OperationalError as exc:
                 raise mapped_error(exc, self.path) from exc
             try:
@@ -319,7 +321,8 @@ class SQLiteStore:
         finally:
             if turns is not None:
                 turns.give_back(fd)
-        self._check_file()
+        if self._gone is not None or not self._files.names(self._identity):
+            self._check_file()  # raises
         return answer
 
     def _run(self, program: Program[T], mode: str = "IMMEDIATE") -> T:
@@ -354,7 +357,8 @@ class SQLiteStore:
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
                idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
-        holds, sql = self._locks.holds, self._programs()
+        holds = self._locks.holds
+        sql: SQLiteConversations = getattr(self._local, "sql", None) or self._programs()
         stripe = 0 if holds is None else stripe_of(key)
         if holds is not None:  # nobody holds the key: BEGIN IMMEDIATE serializes (.holds)
             outcome = self._within(lambda cursor: None if holds.held(stripe) else run_append(

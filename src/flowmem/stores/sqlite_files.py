@@ -61,6 +61,15 @@ class DatabaseFiles:
             return None
         return st.st_dev, st.st_ino
 
+    def names(self, identity: FileIdentity | None) -> bool:
+        """Whether the path names the file of ``identity`` now (one ``stat``; the check
+        after every transaction)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        return identity is not None and st.st_ino == identity[1] and st.st_dev == identity[0]
+
     def exists(self) -> bool:
         return os.path.exists(self.path)
 
