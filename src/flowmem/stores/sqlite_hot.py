@@ -113,6 +113,7 @@ class HotBuffer:
     """The ``data_version`` at which the copy was last known current."""
     known: set[str] | None = None
     """``None``: the copy is complete; else the ids whose facts it knows."""
+    _view: BufferView | None = field(default=None, init=False, repr=False, compare=False)
 
     def unknown(self, ids: Iterable[str]) -> list[str]:
         """Those of ``ids`` whose facts the copy does not know."""
@@ -128,8 +129,18 @@ class HotBuffer:
         self.declared.update(declared)
 
     def view(self) -> BufferView:
-        """The live indexes as a view (the planner only reads them)."""
-        return _new_view(self.results, self.declared, list(self.pending.values()))
+        """The live indexes as a view (the planner only reads them, and only while
+        planning: one view serves every append until :meth:`fill` replaces them)."""
+        view = self._view
+        if view is None:
+            view = self._view = _new_view(self.results, self.declared, self.pending.values())
+        return view
+
+    def fill(self, results: dict[str, bool], declared: set[str],
+             pending: dict[str, PendingCall]) -> None:
+        """Make the copy complete: every result, declaration and unanswered call."""
+        self.results, self.declared, self.pending = results, declared, pending
+        self.known = self._view = None
 
     def page(self, last: int) -> HistoryPage | None:
         """The newest ``last`` entries as a page, or ``None`` when :attr:`tail` does not

@@ -246,11 +246,10 @@ class SQLiteConversations(SQLConversations):
                     pending = value
                 else:
                     ids[kind].append(value)
-        buffer.results = dict.fromkeys(ids[0], False)
-        buffer.results.update(dict.fromkeys(ids[1], True))
-        buffer.declared = set(ids[2])
-        buffer.pending = {p.call_id: p for p in PendingInRow.decode(pending).as_calls()}
-        buffer.known = None
+        results = dict.fromkeys(ids[0], False)
+        results.update(dict.fromkeys(ids[1], True))
+        buffer.fill(results, set(ids[2]),
+                    {p.call_id: p for p in PendingInRow.decode(pending).as_calls()})
 
     def next_position(self, buffer_id: int) -> Program[int | None]:
         rows = yield (NEXT_OF, (buffer_id,))
