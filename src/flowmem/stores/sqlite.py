@@ -298,7 +298,10 @@ class SQLiteStore:
         conn = getattr(local, "conn", None) or self._connection()
         turns = self._turns if mode == "IMMEDIATE" else None
         fd = self._locks.fd if self.queue_writers else None
-        if turns is not None and not turns.take(self.busy_timeout, fd):
+        # a writer that does not queue with other processes takes the mutex alone
+        mutex = turns.mutex if turns is not None and fd is None else None
+        if not (turns is None or (mutex.acquire(True, self.busy_timeout) if mutex is not None
+                                  else turns.take(self.busy_timeout, fd))):
             raise StoreBusy(f"no write turn on {self.path} within {self.busy_timeout}s")
         try:
             if self._gone is not None:
@@ -319,7 +322,9 @@ class SQLiteStore:
                     raise mapped_error(exc, self.path) from exc
                 raise
         finally:
-            if turns is not None:
+            if mutex is not None:
+                mutex.release()
+            elif turns is not None:
                 turns.give_back(fd)
         if self._gone is not None or not self._files.names(self._identity):
             self._check_file()  # raises

@@ -51,6 +51,9 @@ class WriterTurns:
 
     def __init__(self) -> None:
         self.mutex = threading.Lock()
+        """The turns within the process: a writer that does not queue with other processes
+        takes and releases it alone (what :meth:`take` and :meth:`give_back` do without a
+        lock file)."""
         self._byte_held = False  # only read and written under the mutex
 
     def take(self, timeout: float, fd: int | None = None) -> bool:
