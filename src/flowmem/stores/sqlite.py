@@ -64,7 +64,7 @@ from ..errors import (
 from ..messages import Message
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency
-from .holds import published
+from .holds import Holds, published
 from .locks import KeyLocks, key_locks, stripe_of
 from .sql import Program, T, drive, encode
 from .sqlite_errors import is_busy, mapped_error
@@ -281,8 +281,8 @@ class SQLiteStore:
             logger.error("flowmem: %s", self._gone)
         raise StoreUnavailable(self._gone)
 
-    def _within(self, body: Callable[[sqlite3.Cursor], _T], mode: str = "IMMEDIATE") -> _T:
-        """``body`` in one transaction, given its cursor (plain calls, no context managers:
+    def _within(self, body: Callable[..., _T], mode: str = "IMMEDIATE", *args: Any) -> _T:
+        """``body(cursor, *args)`` in one transaction (plain calls, no context managers:
         the hot path).
 
         Writers of this process queue on one mutex instead of sleeping in
@@ -312,7 +312,7 @@ class SQLiteStore:
             except sqlite3.OperationalError as exc:
                 raise mapped_error(exc, self.path) from exc
             try:
-                answer = body(cursor)
+                answer = body(cursor, *args)
                 cursor.execute("COMMIT")
             except BaseException as exc:
                 self._forget_hot()  # what the copy learned may not be in the database
@@ -364,16 +364,24 @@ class SQLiteStore:
                idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
         holds = self._locks.holds
         sql: SQLiteConversations = getattr(self._local, "sql", None) or self._programs()
-        stripe = 0 if holds is None else stripe_of(key)
         if holds is not None:  # nobody holds the key: BEGIN IMMEDIATE serializes (.holds)
-            outcome = self._within(lambda cursor: None if holds.held(stripe) else run_append(
-                sql, cursor, key, incoming, max_messages, True, idempotency, tail,
-                short=self.short_appends))
+            outcome = self._within(_unless_held, "IMMEDIATE", holds, stripe_of(key), sql, key,
+                                   incoming, max_messages, idempotency, tail, self.short_appends)
             if outcome is not None:
                 return outcome
+        return self._append_held(sql, key, incoming, max_messages, lock_timeout, idempotency,
+                                 tail)
+
+    def _append_held(self, sql: SQLiteConversations, key: StorageKey,
+                     incoming: Sequence[Message], max_messages: int | None,
+                     lock_timeout: float, idempotency: Idempotency | None,
+                     tail: int) -> AppendOutcome:
+        """An append under its key's MEM-12 lock (an explicit holder holds the key, or the
+        store publishes no holds)."""
+        holds = self._locks.holds
         with self._locks.hold(key, lock_timeout) as serialized:
             if serialized and holds is not None:
-                holds.withdraw(stripe)  # a holder killed while holding left it published
+                holds.withdraw(stripe_of(key))  # a holder killed while holding left it
             return self._within(lambda cursor: run_append(
                 sql, cursor, key, incoming, max_messages, serialized, idempotency, tail,
                 short=self.short_appends))
@@ -431,3 +439,15 @@ class SQLiteStore:
 
 
 _SQL: Final = SQLiteConversations()  # BEGIN IMMEDIATE already holds the write lock
+
+
+def _unless_held(cursor: sqlite3.Cursor, holds: Holds, stripe: int, sql: SQLiteConversations,
+                 key: StorageKey, incoming: Sequence[Message], max_messages: int | None,
+                 idempotency: Idempotency | None, tail: int,
+                 short: bool) -> AppendOutcome | None:
+    """An append in ``cursor``'s transaction unless its key's hold is published (read under
+    the write lock, :mod:`.holds`): then ``None``, nothing written."""
+    if holds.held(stripe):
+        return None
+    return run_append(sql, cursor, key, incoming, max_messages, True, idempotency, tail,
+                      short=short)
