@@ -246,6 +246,27 @@ def test_the_copy_applies_a_plan_as_the_executor_does() -> None:
     assert buffer.pending == {"c": PendingCall("c", 3 * SLOT, 0)}
 
 
+def test_one_view_of_the_live_indexes_until_a_fill_replaces_them() -> None:
+    """A copy hands the planner one view of its own indexes, which every later change
+    shows (MEM-1: a result stored since is known; MEM-3: a call opened since is pending);
+    a fill replaces the indexes, and the view with them."""
+    from flowmem.plan import plan_append
+
+    buffer = HotBuffer(1, 0, 0)
+    view = buffer.view()
+    plan = plan_append(view, canonical_messages([_call("a", "b")]))
+    buffer.apply(plan, 1)
+    assert buffer.view() is view
+    assert {call.call_id for call in view.pending} == {"a", "b"}
+    buffer.apply(plan_append(view, canonical_messages([_result("a")])), 2)
+    assert view.results == {"a": False} and [c.call_id for c in view.pending] == ["b"]
+    assert plan_append(view, canonical_messages([_result("a")])).dropped_results == 1
+    buffer.fill({"z": True}, {"z"}, {})
+    refilled = buffer.view()
+    assert refilled is not view and refilled.results == {"z": True}
+    assert list(refilled.pending) == [] and buffer.known is None
+
+
 def test_a_value_written_over_a_hot_buffer_is_seen_by_the_next_append(tmp_path: Path) -> None:
     """A write replaces the conversation: the next append to the key refuses (a value is
     not a conversation), and a delete starts it over — never the stale copy."""
