@@ -13,8 +13,10 @@ entries, the window evicts nothing, there is no idempotency key, and the
 tail, if asked for, is one the hot copy holds.
 
 It runs exactly the statements the program would (same text, same parameters,
-same order: they are built by the same functions of :mod:`.sql_apply`) and
-changes the hot copy exactly as :meth:`SQLiteConversations.apply
+same order: built by the same functions of :mod:`.sql_apply`, or, for the
+common append of one entry, written out by :func:`_apply_one` to the same
+bytes without the generic queue) and changes the hot copy exactly as
+:meth:`SQLiteConversations.apply
 <flowmem.stores.sqlite_programs.SQLiteConversations.apply>` does. Any other
 append goes on as the program from the statements already run
 (:meth:`~flowmem.stores.sqlite_programs.SQLiteConversations.opened`), so
