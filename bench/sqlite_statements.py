@@ -17,6 +17,14 @@ one message per transaction, four ways in one process, interleaved:
     the same on schema 6, where the state was the conversation's row in
     ``buffers`` (and its version trigger): the ``INSERT``, then the row's
     ``UPDATE`` — one statement and one b-tree page more per commit;
+``guarded``
+    the same ``INSERT`` with a hot copy's check in it (its position ``NULL``, so
+    refused, unless the conversation's state is at the version the copy knows),
+    in place of ``PRAGMA data_version``: tried for the eighth pass of #14;
+``one``
+    that guarded ``INSERT`` alone, in autocommit mode (it takes the write lock
+    at its start and commits at its end): the common append as ONE statement,
+    the lever docs/benchmarks-hotpath.md prices for a next pass;
 ``memory``
     flowmem's own ``Memory.append``.
 
@@ -47,7 +55,7 @@ if __package__ in (None, ""):  # run as a script: make ``bench`` importable
 from bench.callgrind import per_item
 from bench.workload import DEFAULT_SEED, stream
 
-WAYS = ("floor", "statements", "row", "memory")
+WAYS = ("floor", "statements", "row", "guarded", "one", "memory")
 _SCHEMA = (
     "CREATE TABLE buffers (id INTEGER PRIMARY KEY, scope TEXT, scope_id TEXT, key TEXT, "
     "count INTEGER, next_pos INTEGER, pending TEXT, version INTEGER, "
@@ -87,6 +95,37 @@ def _floor(path: str) -> Any:
     return append
 
 
+_WITH_HEAD = ("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body, "
+              "head_count, head_next, head_pending, head_version) ")
+_GUARDED = (_WITH_HEAD + "VALUES (?, CASE WHEN coalesce((SELECT head_version FROM messages "
+            "WHERE buffer_id = ? ORDER BY pos DESC LIMIT 1), (SELECT version FROM buffers "
+            "WHERE id = ?)) = ? THEN ? END, ?, ?, 0, ?, ?, ?, '{}', ?)")
+
+
+def _guarded(path: str, alone: bool) -> Any:
+    conn = _connect(path)
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    execute = conn.cursor().execute
+    known = [0]  # the version the copy knows: the buffer row's, then each append's
+
+    def append(index: int, message: dict[str, Any]) -> None:
+        answered = message.get("tool_call_id")
+        result = f"{answered}/{index}" if answered else None
+        pos = index << 20
+        version = random.getrandbits(62)
+        params = (1, 1, 1, known[0], pos, message["role"], result, json.dumps(message),
+                  index + 1, pos + (1 << 20), version)
+        if alone:
+            execute(_GUARDED, params)
+        else:
+            execute("BEGIN IMMEDIATE")
+            execute(_GUARDED, params)
+            execute("COMMIT")
+        known[0] = version
+    return append
+
+
 def _statements(path: str, row: bool) -> Any:
     conn = _connect(path)
     for statement in _SCHEMA:
@@ -107,9 +146,7 @@ def _statements(path: str, row: bool) -> Any:
             execute("UPDATE buffers SET count = ?, next_pos = ?, version = ? WHERE id = ?",
                     (index + 1, pos + (1 << 20), version, 1))
         else:
-            execute("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body, "
-                    "head_count, head_next, head_pending, head_version) "
-                    "VALUES (?, ?, ?, ?, 0, ?, ?, ?, '{}', ?)",
+            execute(_WITH_HEAD + "VALUES (?, ?, ?, ?, 0, ?, ?, ?, '{}', ?)",
                     (*entry, index + 1, pos + (1 << 20), version))
         execute("COMMIT")
     return append
@@ -132,6 +169,8 @@ def _way(name: str, path: str) -> Any:
         return _floor(path)
     if name == "memory":
         return _memory(path)
+    if name in ("guarded", "one"):
+        return _guarded(path, alone=name == "one")
     return _statements(path, row=name == "row")
 
 
