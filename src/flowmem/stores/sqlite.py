@@ -300,8 +300,11 @@ class SQLiteStore:
         fd = self._locks.fd if self.queue_writers else None
         # a writer that does not queue with other processes takes the mutex alone
         mutex = turns.mutex if turns is not None and fd is None else None
-        if not (turns is None or (mutex.acquire(True, self.busy_timeout) if mutex is not None
-                                  else turns.take(self.busy_timeout, fd))):
+        if mutex is not None:
+            had = mutex.acquire(True, self.busy_timeout)
+        else:
+            had = turns is None or turns.take(self.busy_timeout, fd)
+        if not had:
             raise StoreBusy(f"no write turn on {self.path} within {self.busy_timeout}s")
         try:
             if self._gone is not None:
