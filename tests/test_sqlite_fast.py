@@ -52,10 +52,10 @@ _APPEND = st.tuples(st.just("append"), st.integers(0, 1),
                     st.one_of(st.lists(_message(), min_size=1, max_size=1),
                               st.lists(_message(), min_size=2, max_size=3)),
                     st.sampled_from([None, None, None, 3, 6]), st.sampled_from([0, 0, 1, 2, 5]))
+_FOREIGN = st.tuples(st.just("foreign"), st.integers(0, 1), st.lists(_message(), min_size=1,
+                                                                     max_size=2))
 _STEP = st.one_of(
-    _APPEND, _APPEND, _APPEND, _APPEND,
-    st.tuples(st.just("foreign"), st.integers(0, 1), st.lists(_message(), min_size=1,
-                                                               max_size=2)),
+    _APPEND, _APPEND, _APPEND, _APPEND, _FOREIGN,
     st.tuples(st.just("group"), st.lists(_APPEND, min_size=1, max_size=3)),
     st.tuples(st.just("write"), st.sampled_from([RECORD, KEYS[1]])),
 )
@@ -126,6 +126,27 @@ def test_the_short_path_runs_the_programs_statements(steps: list[tuple[Any, ...]
     """Random append sequences through two stores, the short path on and off: after each
     step the traced statements, the outcomes (tails included), the conversations and the
     hot copies (version, tail deque, unanswered calls) are the same."""
+    _compare(steps)
+
+
+# the common append, mostly: one message, no window, a tail now and then
+_QUIET = st.tuples(st.just("append"), st.integers(0, 1), st.lists(_message(), min_size=1,
+                                                                   max_size=1),
+                   st.just(None), st.sampled_from([0, 0, 0, 2]))
+_QUIET_STEP = st.one_of(_QUIET, _QUIET, _QUIET, _QUIET, _QUIET, _APPEND, _FOREIGN)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=st.lists(_QUIET_STEP, min_size=1, max_size=40))
+def test_the_common_append_runs_the_programs_statements(
+        steps: list[tuple[Any, ...]]) -> None:
+    """The same comparison on longer runs of the common append (one message, no window),
+    where most appends take :func:`~flowmem.stores.sqlite_fast._apply_one` and foreign
+    commits make the copies check their versions (or go stale)."""
+    _compare(steps)
+
+
+def _compare(steps: list[tuple[Any, ...]]) -> None:
     with tempfile.TemporaryDirectory() as workdir:
         short, program = Side(Path(workdir, "short.db"), True), Side(Path(workdir, "p.db"), False)
         try:
