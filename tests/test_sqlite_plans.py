@@ -17,7 +17,7 @@ from flowmem.scopes import StorageKey
 from flowmem.stores import sqlite_fast
 from flowmem.stores.sqlite import SQLiteStore
 from flowmem.stores.sqlite_head import HEAD
-from flowmem.stores.sqlite_programs import _FILL_JSON, _FILL_ROWS
+from flowmem.stores.sqlite_programs import _FILL_JSON, _FILL_ROWS, BY_ID_AT_MOST
 
 KEY = StorageKey("session", "s1", "chat")
 Statement = tuple[str, tuple[Any, ...]]
@@ -85,13 +85,15 @@ def _scans(statement: Statement, plan: list[str]) -> list[str]:
     return scans
 
 
-@pytest.mark.parametrize("calls", [1, 3, 8])
+@pytest.mark.parametrize("calls", [1, 3, 8, 20])
 def test_mem1_results_are_read_by_id_however_many_an_append_mentions(
         cold_store: tuple[SQLiteStore, list[Statement]], calls: int) -> None:
+    """One seek per id up to ``BY_ID_AT_MOST`` ids, ``IN`` lists beyond: never a scan."""
     store, seen = cold_store
     store.append(KEY, canonical_messages(_turn(100, calls)), max_messages=None,
                  lock_timeout=5)
-    views = [s for s in seen if "result_id IN" in s[0]]
+    by_id = "result_id IN" if calls > BY_ID_AT_MOST else "result_id = ?"
+    views = [s for s in seen if by_id in s[0]]
     assert views, "the append read no results by id"
     for statement in seen:
         plan = _plan(store.path, statement)

@@ -28,7 +28,7 @@ import json
 import random
 import sqlite3
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, Final
 
 from ..errors import StoreError
@@ -171,8 +171,9 @@ class SQLiteConversations(SQLConversations):
             yield from self._fill(buffer)
             return
         unknown.sort()
-        parts, params = view_parts("?", (buffer.buffer_id,), unknown, results=RESULTS_BY_ID)
-        buffer.learn(unknown, *view_sets((yield (" UNION ALL ".join(parts), params))))
+        view = view_by_id("?", (buffer.buffer_id,), unknown)
+        assert view is not None  # an append learns only ids it does not know
+        buffer.learn(unknown, *view_sets((yield view)))
 
     def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
               max_messages: int | None, then: Then, view: BufferView) -> Program[Applied]:
@@ -219,9 +220,8 @@ class SQLiteConversations(SQLConversations):
         """The buffer row and the view of the ids ``incoming`` mentions, in one statement:
         a copy that knows those ids (complete when the buffer is new)."""
         ids = mentioned_ids(incoming)
-        parts, params = view_parts("(SELECT id FROM b)", (), sorted(ids), results=RESULTS_BY_ID)
-        rows = yield (" UNION ALL ".join([_BUFFER_ROW, *parts]),
-                      [key.scope, key.scope_id, key.key, *params])
+        rows = yield _with_view(_BUFFER_ROW, [key.scope, key.scope_id, key.key],
+                                view_by_id("(SELECT id FROM b)", (), sorted(ids)))
         head = [row for row in rows if row[0] == 3]
         if not head:  # a new buffer (or a value: open_buffer refuses it); nothing to view
             return HotBuffer(*(yield from self.open_buffer(key)))
@@ -301,6 +301,49 @@ class SQLiteConversations(SQLConversations):
             del positions[0], texts[0]
         return HistoryPage(UNPARSED, positions, positions[0] if more and positions else None,
                            encoded=texts)
+
+
+BY_ID_AT_MOST: Final = 16
+"""The most ids :func:`view_by_id` looks up one by one; more are read with ``IN`` lists
+(a compound statement may have at most 500 parts)."""
+
+
+def view_by_id(buffer: str, buffer_params: Sequence[Any],
+               ids: Sequence[str]) -> Statement | None:
+    """The planner's view of ``ids`` (:func:`~flowmem.stores.sql.view_parts`' rows: the
+    MEM-1 results and the MEM-2 declarations of those ids) as ONE statement, or ``None``
+    for no id.
+
+    Up to :data:`BY_ID_AT_MOST` ids, each is its own equality seek of the two keys,
+    joined by ``UNION ALL``: an ``IN`` list costs SQLite an ephemeral table per list,
+    built and zeroed per statement (a partial copy's read of two new call ids: about
+    120,000 instructions with the lists; ``bench/append_kinds.py``'s method)."""
+    if not ids:
+        return None
+    if len(ids) > BY_ID_AT_MOST:
+        parts, params = view_parts(buffer, buffer_params, ids, results=RESULTS_BY_ID)
+        return " UNION ALL ".join(parts), params
+    pair = [*buffer_params, None]
+    seeks: list[Any] = []
+    for call in ids:
+        pair[-1] = call
+        seeks += pair
+    return _seeks(buffer, len(ids)), seeks + seeks
+
+
+@lru_cache(maxsize=2 * BY_ID_AT_MOST)
+def _seeks(buffer: str, count: int) -> str:
+    results = (f"SELECT 0, result_id, healed, 0 FROM {RESULTS_BY_ID} "
+               f"WHERE buffer_id = {buffer} AND result_id = ?")
+    calls = f"SELECT 1, call_id, 0, 0 FROM calls WHERE buffer_id = {buffer} AND call_id = ?"
+    return " UNION ALL ".join([results] * count + [calls] * count)
+
+
+def _with_view(first: str, params: list[Any], view: Statement | None) -> Statement:
+    """``first`` and the view's statement as one (``UNION ALL``)."""
+    if view is None:
+        return first, params
+    return f"{first} UNION ALL {view[0]}", [*params, *view[1]]
 
 
 @cache
