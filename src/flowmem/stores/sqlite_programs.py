@@ -316,8 +316,8 @@ def view_by_id(buffer: str, buffer_params: Sequence[Any],
 
     Up to :data:`BY_ID_AT_MOST` ids, each is its own equality seek of the two keys,
     joined by ``UNION ALL``: an ``IN`` list costs SQLite an ephemeral table per list,
-    built and zeroed per statement (a partial copy's read of two new call ids: about
-    120,000 instructions with the lists; ``bench/append_kinds.py``'s method)."""
+    built and zeroed per statement (two new call ids, inside a transaction: 105,995
+    instructions with the lists, 38,152 by seeks; docs/benchmarks-hotpath.md)."""
     if not ids:
         return None
     if len(ids) > BY_ID_AT_MOST:
