@@ -143,7 +143,8 @@ def test_a_failed_append_teaches_the_copy_nothing(tmp_path: Path) -> None:
     path = tmp_path / "f.db"
     store = SQLiteStore(str(path))
     with sqlite3.connect(path) as raw:  # a real failure half-way through the statements
-        raw.execute("CREATE TRIGGER refuse BEFORE INSERT ON calls WHEN NEW.call_id = 'boom' "
+        raw.execute("CREATE TRIGGER refuse AFTER INSERT ON messages WHEN NEW.role = 'assistant' "
+                    "AND NEW.body LIKE '%boom%' "
                     "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END")
     raw.close()
     _warm(store)
@@ -202,6 +203,9 @@ def test_a_long_buffer_is_filled_only_once_its_reads_cost_as_much() -> None:
     assert long_buffer == [False] * 9 + [True]
 
 
+VIEW_OF_IDS = "SELECT 0, result_id, healed, declared_at IS NOT NULL FROM"  # the ids' view
+
+
 def test_a_partial_copy_reads_only_ids_it_does_not_know(tmp_path: Path) -> None:
     """A new connection's copy of a long buffer starts partial: an append whose ids it
     knows reads no view; one with an unknown id reads that id's view only (MEM-1 decided
@@ -223,8 +227,8 @@ def test_a_partial_copy_reads_only_ids_it_does_not_know(tmp_path: Path) -> None:
         ran.clear()
         outcome = _append(store, _result(call, "retried"), _user(f"more {n}"))
         assert outcome.appended == 1  # MEM-1: the retried result is not stored again
-        fill = any("INDEXED BY messages_healed" in s for s in ran)
-        view = any("SELECT 0, result_id, healed, 0 FROM" in s for s in ran)  # the ids' view
+        fill = any("INDEXED BY messages_marked" in s for s in ran)
+        view = any(VIEW_OF_IDS in s for s in ran)
         reads.append("fill" if fill else "view" if view else "none")
     assert reads == ["view", "none", "view", "view", "fill", "none"]
     assert store.read(KEY)[1][-1] == canonical_messages(_user("more 5"))[0]

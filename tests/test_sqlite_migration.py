@@ -1,12 +1,14 @@
 """Upgrading a database written by an earlier flowmem: migration 3 (#14) rewrites the
-messages table, migration 4 moves the unanswered calls into the buffer rows; both keep
-every conversation exactly, its rule indexes included."""
+messages table, migration 4 moves the unanswered calls into the buffer rows, 7 moves the
+state onto the newest entry, 8 lets a declaration wait for its answer; each keeps every
+conversation exactly, its rule indexes included."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from flowmem.ids import result_id
 from flowmem.messages import canonical_messages
@@ -30,7 +32,7 @@ _STATE = "SELECT b.id, b.scope, b.scope_id, b.key, {} FROM buffers AS b".format(
 def _old_copy(source: Path, target: Path, version: int) -> None:
     """``source``'s rows in a database at schema ``version`` (2: as flowmem 0.2 wrote it;
     3: before the unanswered calls moved into the buffer rows; 6: before the state moved
-    onto the newest entry)."""
+    onto the newest entry; 7: before a declaration waited for its answer)."""
     old = sqlite3.connect(target, isolation_level=None)
     old.execute("PRAGMA journal_mode=WAL")
     for migration in MIGRATIONS[:version]:
@@ -39,11 +41,17 @@ def _old_copy(source: Path, target: Path, version: int) -> None:
                 old.execute(statement)
     old.execute(f"PRAGMA user_version = {version}")
     new = sqlite3.connect(source)
+    heads = ", head_count, head_next, head_pending, head_version" if version >= 7 else ""
     rows = {table: new.execute(f"SELECT {columns} FROM {table}").fetchall()
-            for table, columns in (("kv", "*"), ("calls", "*"), (
-                "messages", "buffer_id, pos, role, result_id, healed, body"))}
+            for table, columns in (("kv", "*"), (
+                "messages", f"buffer_id, pos, role, result_id, healed, body{heads}"))}
     buffers = new.execute(_STATE).fetchall()  # id, scope, scope id, key, count, next, pending
-    if version >= 4:
+    rows["calls"] = _every_declaration(new, buffers)
+    if version >= 7:  # the state rides on the newest entry; the row keeps an empty one's
+        rows[f"messages(buffer_id, pos, role, result_id, healed, body{heads})"] = \
+            rows.pop("messages")
+        rows["buffers(id, scope, scope_id, key)"] = [row[:4] for row in buffers]
+    elif version >= 4:
         rows["buffers(id, scope, scope_id, key, count, next_pos, pending)"] = buffers
     else:
         rows["buffers"] = [row[:6] for row in buffers]
@@ -55,6 +63,17 @@ def _old_copy(source: Path, target: Path, version: int) -> None:
             old.executemany(f"INSERT INTO {table} VALUES ({marks})", values)
     new.close()
     old.close()
+
+
+def _every_declaration(new: sqlite3.Connection,
+                       buffers: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Every declaration of a database at this schema, as ``calls`` rows (before schema 8
+    every declaration had its row): ``calls``, the answers carrying theirs, and the
+    unanswered calls in each state."""
+    rows = set(new.execute("SELECT buffer_id, call_id, turn_pos, ord FROM declarations"))
+    rows.update((row[0], call, turn, order) for row in buffers
+                for call, (turn, order) in json.loads(row[6]).items())
+    return sorted(rows)
 
 
 def test_a_version_2_database_is_migrated_with_its_conversations(tmp_path: Path) -> None:
@@ -160,3 +179,50 @@ def test_a_version_6_database_moves_each_state_onto_its_newest_entry(tmp_path: P
     assert store.history(empty).positions == [7 << 20]  # the row's next position, kept
     assert store.integrity_check() == "ok"
     store.close()
+
+
+def test_a_version_7_database_keeps_every_declaration_in_calls(tmp_path: Path) -> None:
+    """Migration 8: a schema 7 file has every declaration in ``calls`` and its results carry
+    none (``declared_at`` is NULL: they are indexed as undeclared). MEM-2 still drops a
+    repeated turn, answered or not, on a cold connection; a turn declared after the
+    upgrade keeps its declaration in the state, then on its answer."""
+    written = SQLiteStore(str(tmp_path / "new.db"))
+    written.append(KEY, canonical_messages([{"role": "user", "content": "hi"}, CALL,
+                                            {"role": "tool", "tool_call_id": "c1",
+                                             "content": "one"}]),
+                   max_messages=None, lock_timeout=5.0)
+    before = written.read(KEY)
+    written.close()
+    _old_copy(tmp_path / "new.db", tmp_path / "old.db", 7)
+    with sqlite3.connect(tmp_path / "old.db") as raw:
+        assert raw.execute("SELECT count(*) FROM calls").fetchone()[0] == 2
+    raw.close()
+
+    store = SQLiteStore(str(tmp_path / "old.db"))
+    assert store.read(KEY) == before
+    with sqlite3.connect(tmp_path / "old.db") as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        undeclared = raw.execute("SELECT result_id FROM messages WHERE result_id IS NOT NULL "
+                                 "AND declared_at IS NULL").fetchall()
+    raw.close()
+    assert undeclared == [("c1",)]
+    assert store.append(KEY, canonical_messages([CALL]), max_messages=None,
+                        lock_timeout=5.0).appended == 0  # MEM-2: c1 answered, c2 unanswered
+    later = {"role": "assistant", "content": None,
+             "tool_calls": [{"id": "c3", "type": "function",
+                             "function": {"name": "h", "arguments": "{}"}}]}
+    store.append(KEY, canonical_messages([later, {"role": "tool", "tool_call_id": "c3",
+                                                  "content": "three"}]),
+                 max_messages=None, lock_timeout=5.0)
+    store.close()
+    with sqlite3.connect(tmp_path / "old.db") as raw:
+        assert raw.execute("SELECT count(*) FROM calls").fetchone()[0] == 2  # none for c3
+        carried = raw.execute("SELECT declared_ord FROM messages WHERE result_id = 'c3'")
+        assert carried.fetchall() == [(0,)]
+    raw.close()
+    cold = SQLiteStore(str(tmp_path / "old.db"))
+    for repeated in (CALL, later):
+        assert cold.append(KEY, canonical_messages([repeated]), max_messages=None,
+                           lock_timeout=5.0).appended == 0  # MEM-2, read by id
+    assert cold.integrity_check() == "ok"
+    cold.close()

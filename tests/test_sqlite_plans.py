@@ -129,11 +129,12 @@ def test_the_state_is_one_seek_of_the_newest_entry(
 def test_a_fill_reads_the_ids_from_indexes_never_the_bodies(
         cold_store: tuple[SQLiteStore, list[Statement]], statement: str) -> None:
     """Filling a connection's copy of a buffer is O(length) by design, but of ids only:
-    the results' index (MEM-1), the placeholders' (MEM-3, schema 6) and the calls' key."""
+    the results' index (MEM-1), the marked ones' (the placeholders, MEM-3, and the results
+    carrying no declaration, MEM-2: schema 8) and the calls' key."""
     store, _ = cold_store
-    plan = _plan(store.path, (statement, (1, 1, 1, 1)))
+    plan = _plan(store.path, (statement, (1, 1, 1, 1, 1)))
     on_messages = [line for line in plan if line.split()[1:2] == ["messages"]]
     on_messages.remove(_NEWEST_SEEK)  # the unanswered calls, on the newest entry (schema 7)
-    assert len(on_messages) == 2, plan
+    assert len(on_messages) == 3, plan
     assert "COVERING INDEX messages_result" in on_messages[0]
-    assert "INDEX messages_healed" in on_messages[1]
+    assert all("COVERING INDEX messages_marked" in line for line in on_messages[1:])

@@ -48,6 +48,7 @@ from ..plan import AppendPlan, BufferView, PendingCall, mentioned_ids, plan_appe
 from ..scopes import StorageKey
 from ..store import AppendOutcome, HistoryPage, Idempotency, plan_stats
 from .sql_apply import Applied, PendingInRow, Then, apply_plan
+from .sql_declarations import with_pending
 from .sql_program import (
     AsyncExecute,
     Batch,
@@ -96,19 +97,22 @@ def _marks(items: Sequence[Any]) -> str:
 
 
 def view_parts(buffer: str, buffer_params: Sequence[Any], ids: Sequence[str],
-               *, results: str = "messages") -> tuple[list[str], list[Any]]:
+               *, results: str = "messages", answers: str = "0") -> tuple[list[str], list[Any]]:
     """The SELECTs of the planner's view (to be joined by UNION ALL) and their params: the
     results and declarations of ``ids`` (those an append mentions; the unanswered calls
     are in the buffer's row).
 
     ``buffer`` is the SQL naming the buffer's id (``"?"`` with ``buffer_params``
-    ``(id,)``, or a subquery); each row is ``(kind, id, 0 or healed, 0)``.
-    ``results``: the table the results are read from, with a dialect's index hint.
+    ``(id,)``, or a subquery); each row is ``(kind, id, 0 or healed, 0 or answers)``.
+    ``results``: the table the results are read from, with a dialect's index hint;
+    ``answers``: the SQL telling whether a result carries its declaration (SQLite's
+    schema 8, :mod:`.sql_apply`'s notes).
     """
     parts: list[str] = []
     params: list[Any] = []
     if ids:
-        parts += [f"SELECT 0, result_id, healed, 0 FROM {results} WHERE buffer_id = {buffer} "
+        parts += [f"SELECT 0, result_id, healed, {answers} FROM {results} "
+                  f"WHERE buffer_id = {buffer} "
                   f"AND result_id IN ({_marks(ids)})",
                   f"SELECT 1, call_id, 0, 0 FROM calls WHERE buffer_id = {buffer} "
                   f"AND call_id IN ({_marks(ids)})"]
@@ -118,18 +122,21 @@ def view_parts(buffer: str, buffer_params: Sequence[Any], ids: Sequence[str],
 
 def view_from(rows: Rows, pending: PendingInRow) -> BufferView:
     """The :class:`BufferView` of the rows of :func:`view_parts`' statement and the
-    buffer row's unanswered calls."""
-    return BufferView(*view_sets(rows), pending.as_calls())
+    buffer row's unanswered calls (declared too: :func:`~.sql_apply.with_pending`)."""
+    results, declared = view_sets(rows)
+    return BufferView(results, with_pending(declared, pending.calls), pending.as_calls())
 
 
 def view_sets(rows: Rows) -> tuple[dict[str, bool], set[str]]:
     """The results (id: whether a placeholder) and the declared ids of the rows of
-    :func:`view_parts`' statement."""
+    :func:`view_parts`' statement: a declaration's row, or a result carrying one."""
     results: dict[str, bool] = {}
     declared: set[str] = set()
-    for kind, call, first, _ in rows:
+    for kind, call, first, answers in rows:
         if kind == 0:
             results[call] = bool(first)
+            if answers:
+                declared.add(call)
         else:
             declared.add(call)
     return results, declared

@@ -25,13 +25,15 @@ Healing (MEM-3) reads where each healed turn's block of results ends (one
 round trip per healed turn, after the statements before it are sent) and the
 window reads what it evicts (:func:`evict`: one round trip); the rest still
 goes with the last batch.
+
+Where a declaration is stored (MEM-2) is decided by the :class:`Saver`
+(:attr:`Saver.defers`) and :mod:`.sql_declarations`.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
 from typing import Final, Protocol
 
 from ..errors import StoreError
@@ -45,9 +47,11 @@ from ..plan import (
     PendingCall,
     ReplacePlaceholder,
 )
+from .sql_declarations import declarations_of, insert_calls, kept_declarations
 from .sql_program import Batch, Program, Rows, Statement, encode
 
 __all__ = [
+    "INSERT_ANSWER",
     "INSERT_ENTRY",
     "IN_ROW",
     "SAVE",
@@ -57,12 +61,15 @@ __all__ = [
     "Saver",
     "add_statements",
     "apply_plan",
-    "insert_calls",
     "store_state",
 ]
 
 INSERT_ENTRY: Final = ("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body) "
                         "VALUES (?, ?, ?, ?, ?, ?)")
+INSERT_ANSWER: Final = ("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body, "
+                         "declared_at, declared_ord) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+"""An entry answering an unanswered call, with the declaration it answers (a
+:class:`Saver` that :attr:`~Saver.defers`)."""
 # The placeholder's position, or NULL (refused by NOT NULL, checked before the
 # conflict) when no placeholder holds the id: the upsert then overwrites it in place.
 _REPLACE: Final = (
@@ -82,13 +89,17 @@ _BLOCK_END: Final = (  # the last entry before the first non-result after the tu
 _ROWS_EXPECTED: Final = (_REPLACE, SAVE)  # statements that must return exactly one row
 _SAVE_PENDING: Final = "UPDATE buffers SET count = ?, next_pos = ?, pending = ? WHERE id = ?"
 _PENDING_AGAIN: Final = (  # after a window cut: a call's first declaration left, if unanswered
-    "SELECT c.call_id, c.turn_pos, c.ord FROM calls AS c WHERE c.buffer_id = ? "
+    "SELECT c.call_id, c.turn_pos, c.ord FROM {calls} AS c WHERE c.buffer_id = ? "
     "AND c.call_id IN ({touched}) AND c.turn_pos > {cut} "
-    "AND c.turn_pos = (SELECT min(turn_pos) FROM calls AS d "
+    "AND c.turn_pos = (SELECT min(turn_pos) FROM {calls} AS d "
     "WHERE d.buffer_id = c.buffer_id AND d.call_id = c.call_id AND d.turn_pos > {cut}) "
     "AND NOT EXISTS (SELECT 1 FROM messages AS m "
     "WHERE m.buffer_id = c.buffer_id AND m.result_id = c.call_id AND m.pos > {cut})"
 )
+_FORGET_EVICTED: Final = (  # an answer kept past the cut: its declaration went with the cut
+    "UPDATE messages SET declared_at = NULL, declared_ord = NULL "
+    "WHERE buffer_id = ? AND declared_at <= ?")
+
 
 class Saver(Protocol):
     """Where a backend keeps a buffer's state (its count, next position, unanswered calls
@@ -99,6 +110,9 @@ class Saver(Protocol):
     (:meth:`carried`) when the append only adds entries."""
     checked: bool
     """Whether the statements of :meth:`saved` return a row to check."""
+    defers: bool
+    """Whether a declaration a turn opens as unanswered waits in the state for the entry
+    that answers it (``INSERT_ANSWER``), instead of a row of ``calls`` (module notes)."""
 
     def carried(self, entry: Statement, count: int, next_pos: int, pending: PendingInRow,
                 version: int | None) -> Statement:
@@ -115,6 +129,7 @@ class RowSaver:
 
     carries = False
     checked = True
+    defers = False
 
     def carried(self, entry: Statement, count: int, next_pos: int, pending: PendingInRow,
                 version: int | None) -> Statement:
@@ -191,9 +206,12 @@ class PendingInRow:
         """The calls as the planner's view holds them."""
         return [PendingCall(call, turn, order) for call, (turn, order) in self.calls.items()]
 
-    def answer(self, call: str) -> None:
-        if self.calls.pop(call, None) is not None:
+    def answer(self, call: str) -> tuple[int, int] | None:
+        """Close ``call``; returns its declaration ``(turn, order)``, if it was open."""
+        declared = self.calls.pop(call, None)
+        if declared is not None:
             self.changed = True
+        return declared
 
     def open(self, call: str, turn: int, order: int) -> None:
         self.calls[call] = (turn, order)
@@ -220,12 +238,13 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
     appended = 0
     check = saver.checked  # whether the last batch has rows to check
     newest: int | None = None  # where in queued the newest entry's INSERT is
+    defers = saver.defers
     for op in plan.ops:
         if isinstance(op, AddEntry):
             positions[op.ordinal] = next_pos
             body = encode(op.message)
             newest = len(queued)
-            queued += add_statements(buffer_id, next_pos, op, body, pending)
+            queued += add_statements(buffer_id, next_pos, op, body, pending, defers)
             if added is not None:
                 added.append((next_pos, body))
             next_pos, count, appended = next_pos + SLOT, count + 1, appended + 1
@@ -236,11 +255,12 @@ def apply_plan(buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
         elif isinstance(op, HealTurn):
             yield from _send(queued)
             turn = positions[op.turn.ordinal] if isinstance(op.turn, NewTurn) else op.turn
-            queued = yield from _heal(buffer_id, turn, op.call_ids, pending)
+            queued = yield from _heal(buffer_id, turn, op.call_ids, pending, defers)
             count += len(op.call_ids)
     quiet = not (plan.healed or plan.replaced)
     if max_messages is not None and count > max_messages:
-        removed, queued = yield from evict(buffer_id, count - max_messages, queued, pending)
+        removed, queued = yield from evict(buffer_id, count - max_messages, queued, pending,
+                                           defers)
         count -= removed
         quiet = False
     store_state(saver, queued, newest, quiet, buffer_id, count, next_pos, pending, version)
@@ -267,61 +287,65 @@ def _send(statements: list[Statement], *, final: bool = False,
 
 
 def add_statements(buffer_id: int, pos: int, op: AddEntry, body: str,
-                   pending: PendingInRow) -> list[Statement]:
+                   pending: PendingInRow, defers: bool = False) -> list[Statement]:
     """The statements inserting ``op``'s entry (JSON ``body``) at ``pos`` and indexing it;
-    the calls it answers and opens change in ``pending`` (kept in the row)."""
+    the calls it answers and opens change in ``pending`` (kept in the row). ``defers``:
+    :attr:`Saver.defers` (the module notes)."""
     if op.answers is None:
         statements: list[Statement] = [(INSERT_ENTRY, (buffer_id, pos, op.message["role"],
                                                          None, 0, body))]
     else:
-        statements = [(INSERT_ENTRY, (buffer_id, pos, "tool", op.answers, int(op.healed), body))]
-        pending.answer(op.answers)
+        declared = pending.answer(op.answers)
+        if defers and declared is not None:
+            statements = [(INSERT_ANSWER, (buffer_id, pos, "tool", op.answers, int(op.healed),
+                                           body, *declared))]
+        else:
+            statements = [(INSERT_ENTRY, (buffer_id, pos, "tool", op.answers, int(op.healed),
+                                          body))]
     if op.declares:
-        statements.append(insert_calls(buffer_id, pos, op.declares))
+        kept = kept_declarations(op) if defers else tuple(enumerate(op.declares))
+        if kept:
+            statements.append(insert_calls(buffer_id, pos, kept))
     for call, order in op.opens:
         pending.open(call, pos, order)
     return statements
 
 
-def insert_calls(buffer_id: int, pos: int, calls: Sequence[str]) -> Statement:
-    """One multi-row insert of the declarations of a turn at ``pos``."""
-    params = [value for order, call in enumerate(calls) for value in (buffer_id, call, pos, order)]
-    return _calls_sql(len(calls)), params
-
-
-@lru_cache(maxsize=64)
-def _calls_sql(rows: int) -> str:
-    """The text of :func:`insert_calls`' statement (the same object each time: a driver's
-    statement cache finds it without hashing a new text)."""
-    values = ", ".join("(?, ?, ?, ?)" for _ in range(rows))
-    return (f"INSERT INTO calls (buffer_id, call_id, turn_pos, ord) VALUES {values} "
-            "ON CONFLICT DO NOTHING")
-
-
-def _heal(buffer_id: int, turn: int, call_ids: Sequence[str],
-          pending: PendingInRow) -> Program[list[Statement]]:
+def _heal(buffer_id: int, turn: int, call_ids: Sequence[str], pending: PendingInRow,
+          defers: bool) -> Program[list[Statement]]:
     """The statements of the placeholders after ``turn``'s block of results (MEM-3)."""
     end = yield (_BLOCK_END, (buffer_id, buffer_id, turn))
     base = int(end[0][0])
     statements: list[Statement] = []
     for offset, call in enumerate(call_ids, start=1):
-        statements.append((INSERT_ENTRY, (buffer_id, base + offset, "tool", call, 1,
-                                           encode(healed_placeholder(call)))))
-        pending.answer(call)
+        entry = (buffer_id, base + offset, "tool", call, 1, encode(healed_placeholder(call)))
+        declared = pending.answer(call)
+        if defers and declared is not None:
+            statements.append((INSERT_ANSWER, (*entry, *declared)))
+        else:
+            statements.append((INSERT_ENTRY, entry))
     return statements
 
 
-def evict(buffer_id: int, excess: int, before: list[Statement],
-          pending: PendingInRow) -> Program[tuple[int, list[Statement]]]:
+def evict(buffer_id: int, excess: int, before: list[Statement], pending: PendingInRow,
+          defers: bool = False) -> Program[tuple[int, list[Statement]]]:
     """The window, exactly as :mod:`flowmem.buffer` defines it: sends ``before``, then
     reads what the ``excess`` oldest entries take with them (one batch); returns how
     many rows go and the statements that remove them (for the last batch). The calls
     pending again (their declaration in the cut, or their result, left; a later
-    declaration stays, unanswered) are read in the same batch and set in ``pending``."""
+    declaration stays, unanswered) are read in the same batch and set in ``pending``.
+
+    ``defers`` (:attr:`Saver.defers`): the declarations are read from the
+    ``declarations`` view, the unanswered ones written to ``calls`` first (the window
+    reads every declaration by turn), and an answer kept past the cut no longer
+    carries its evicted declaration (its id stays declared by a later turn's row)."""
+    calls = "declarations" if defers else "calls"
+    if defers and pending.calls:
+        before = [*before, declarations_of(buffer_id, pending.calls.items())]
     cut = "(SELECT pos FROM messages WHERE buffer_id = ? ORDER BY pos LIMIT 1 OFFSET ?)"
     at = (buffer_id, excess - 1)
-    evicted = f"(SELECT call_id FROM calls WHERE buffer_id = ? AND turn_pos <= {cut})"
-    touched_ids = (f"SELECT call_id FROM calls WHERE buffer_id = ? AND turn_pos <= {cut} "
+    evicted = f"(SELECT call_id FROM {calls} WHERE buffer_id = ? AND turn_pos <= {cut})"
+    touched_ids = (f"SELECT call_id FROM {calls} WHERE buffer_id = ? AND turn_pos <= {cut} "
                    f"UNION SELECT result_id FROM messages WHERE buffer_id = ? AND pos <= {cut} "
                    "AND result_id IS NOT NULL")
     answers = yield from _send([
@@ -329,13 +353,13 @@ def evict(buffer_id: int, excess: int, before: list[Statement],
         (cut[1:-1], at),
         (f"SELECT result_id FROM messages WHERE buffer_id = ? AND pos <= {cut} "
          "AND result_id IS NOT NULL", (buffer_id, *at)),
-        (f"SELECT call_id FROM calls WHERE buffer_id = ? AND turn_pos <= {cut}",
+        (f"SELECT call_id FROM {calls} WHERE buffer_id = ? AND turn_pos <= {cut}",
          (buffer_id, *at)),
-        (f"SELECT DISTINCT call_id FROM calls WHERE buffer_id = ? AND turn_pos > {cut} "
+        (f"SELECT DISTINCT call_id FROM {calls} WHERE buffer_id = ? AND turn_pos > {cut} "
          f"AND call_id IN {evicted}", (buffer_id, *at, buffer_id, *at)),
         (f"SELECT result_id FROM messages WHERE buffer_id = ? AND pos > {cut} "
          f"AND result_id IN {evicted}", (buffer_id, *at, buffer_id, *at)),
-        (_PENDING_AGAIN.format(touched=touched_ids, cut=cut),
+        (_PENDING_AGAIN.format(touched=touched_ids, cut=cut, calls=calls),
          (buffer_id, buffer_id, *at, buffer_id, *at, *at, *at, *at)),
     ])
     cutoff_rows, affected_rows, declared_rows, kept_rows, results_rows, again = answers[-6:]
@@ -349,6 +373,8 @@ def evict(buffer_id: int, excess: int, before: list[Statement],
     statements: list[Statement] = [
         ("DELETE FROM messages WHERE buffer_id = ? AND pos <= ?", (buffer_id, cutoff)),
         ("DELETE FROM calls WHERE buffer_id = ? AND turn_pos <= ?", (buffer_id, cutoff))]
+    if defers:
+        statements.append((_FORGET_EVICTED, (buffer_id, cutoff)))
     if orphans:
         statements.append((f"DELETE FROM messages WHERE buffer_id = ? AND result_id IN "
                             f"({_marks(orphans)})", (buffer_id, *orphans)))

@@ -30,16 +30,16 @@ from __future__ import annotations
 import random
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
 
 from .._frozen import quick_new
 from ..messages import Message
 from ..plan import SLOT, AddEntry, AppendPlan, Op, mentioned_ids, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, Idempotency, plan_stats
-from .sql_apply import PendingInRow, add_statements, insert_calls, store_state
+from .sql_apply import PendingInRow, add_statements, store_state
+from .sql_declarations import insert_calls, kept_declarations
 from .sql_program import Execute, Statement, drive, encode
-from .sqlite_head import INSERT_WITH_HEAD, ON_NEWEST
+from .sqlite_head import ANSWER_WITH_HEAD, INSERT_WITH_HEAD, ON_NEWEST
 from .sqlite_hot import HotBuffer, HotBuffers, adds_only
 from .sqlite_programs import DATA_VERSION, VERSION, SQLiteConversations, hot_tail
 
@@ -95,7 +95,8 @@ def _apply_one(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, op: Op,
     answers, opens = op.answers, op.opens
     version = random.getrandbits(62)  # drawn where the program draws it
     body = encode(op.message)
-    if opens or (answers is not None and answers in pending):  # the calls change
+    answered = pending.get(answers) if answers is not None else None
+    if opens or answered is not None:  # the calls change
         calls = {c: (p.turn, p.order) for c, p in pending.items() if c != answers}
         for call, order in opens:
             calls[call] = (pos, order)
@@ -103,16 +104,20 @@ def _apply_one(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, op: Op,
     else:
         text = encode({c: (p.turn, p.order) for c, p in pending.items()}) if pending else "{}"
     count = buffer.count + 1
-    entry: tuple[Any, ...]
     if answers is None:
-        entry = (buffer_id, pos, op.message["role"], None, 0, body, count, pos + SLOT, text,
-                 version)
-    else:
-        entry = (buffer_id, pos, "tool", answers, int(op.healed), body, count, pos + SLOT, text,
-                 version)
-    cursor.execute(INSERT_WITH_HEAD, entry)
+        cursor.execute(INSERT_WITH_HEAD, (buffer_id, pos, op.message["role"], None, 0, body,
+                                          count, pos + SLOT, text, version))
+    elif answered is None:  # an orphan, or an id answered before: no declaration to carry
+        cursor.execute(INSERT_WITH_HEAD, (buffer_id, pos, "tool", answers, int(op.healed), body,
+                                          count, pos + SLOT, text, version))
+    else:  # the declaration it answers rides on it (sql_apply's notes)
+        cursor.execute(ANSWER_WITH_HEAD, (buffer_id, pos, "tool", answers, int(op.healed), body,
+                                          answered.turn, answered.order, count, pos + SLOT,
+                                          text, version))
     if op.declares:
-        cursor.execute(*insert_calls(buffer_id, pos, op.declares))
+        kept = kept_declarations(op)
+        if kept:
+            cursor.execute(*insert_calls(buffer_id, pos, kept))
     buffer.added(op, body, version, hot.version)
     page = hot_tail(buffer, tail, count) if tail else None
     return _outcome(count, plan.appended, serialized, plan_stats(plan), False, page)
@@ -132,7 +137,7 @@ def _apply(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, cursor: sqlite3
         assert isinstance(op, AddEntry)  # adds_only: nothing healed or replaced
         body = encode(op.message)
         newest = len(queued)
-        queued += add_statements(buffer_id, pos, op, body, pending)
+        queued += add_statements(buffer_id, pos, op, body, pending, ON_NEWEST.defers)
         added.append((pos, body))
         pos += SLOT
     count += plan.appended

@@ -26,16 +26,23 @@ from __future__ import annotations
 
 from typing import Final
 
-from .sql_apply import INSERT_ENTRY, PendingInRow
+from .sql_apply import INSERT_ANSWER, INSERT_ENTRY, PendingInRow
 from .sql_program import Statement
 
-__all__ = ["BUFFER_ROW", "COUNT_OR_VALUE", "HEAD", "INSERT_WITH_HEAD", "NEXT_OF", "ON_NEWEST",
-           "PENDING", "PENDING_OF", "STATE_OF", "VERSION", "HeadSaver", "state_columns"]
+__all__ = ["ANSWER_WITH_HEAD", "BUFFER_ROW", "COUNT_OR_VALUE", "HEAD", "INSERT_WITH_HEAD",
+           "NEXT_OF", "ON_NEWEST", "PENDING", "PENDING_OF", "STATE_OF", "VERSION", "HeadSaver",
+           "state_columns"]
 
 INSERT_WITH_HEAD: Final = (
     "INSERT INTO messages (buffer_id, pos, role, result_id, healed, body, "
     "head_count, head_next, head_pending, head_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 """The INSERT of an append's newest entry, carrying the buffer's state."""
+ANSWER_WITH_HEAD: Final = (
+    "INSERT INTO messages (buffer_id, pos, role, result_id, healed, body, declared_at, "
+    "declared_ord, head_count, head_next, head_pending, head_version) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+"""The same, of an entry answering an unanswered call (``INSERT_ANSWER``'s columns)."""
+_CARRYING: Final = {INSERT_ENTRY: INSERT_WITH_HEAD, INSERT_ANSWER: ANSWER_WITH_HEAD}
 HEAD: Final = "(SELECT {column} FROM messages WHERE buffer_id = {buffer} ORDER BY pos DESC LIMIT 1)"
 """A column of a buffer's newest entry (``{buffer}``: SQL naming its id); one seek."""
 _SAVE_ON_NEWEST: Final = (
@@ -80,13 +87,14 @@ class HeadSaver:
 
     carries = True
     checked = False  # BEGIN IMMEDIATE: the state was read (or known hot) under the lock
+    defers = True  # schema 8: a declaration waits for its answer (sql_apply's notes)
 
     @staticmethod
     def carried(entry: Statement, count: int, next_pos: int, pending: PendingInRow,
                 version: int | None) -> Statement:
         sql, params = entry
-        assert sql == INSERT_ENTRY and version is not None  # a NULL version reads as the row's
-        return INSERT_WITH_HEAD, (*params, count, next_pos, pending.encode(), version)
+        assert version is not None  # a NULL version reads as the row's
+        return _CARRYING[sql], (*params, count, next_pos, pending.encode(), version)
 
     @staticmethod
     def saved(buffer_id: int, count: int, next_pos: int, pending: PendingInRow,

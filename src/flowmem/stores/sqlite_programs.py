@@ -39,6 +39,7 @@ from ..scopes import StorageKey
 from ..store import HistoryPage
 from .sql import Program, SQLConversations, decode, view_parts, view_sets
 from .sql_apply import Applied, PendingInRow, Then, apply_plan
+from .sql_declarations import with_pending
 from .sql_program import Batch, Rows, Statement
 from .sqlite_head import (
     BUFFER_ROW,
@@ -64,21 +65,30 @@ RESULTS_BY_ID: Final = "messages INDEXED BY messages_result"
 """The MEM-1 results, read by id. Named, because SQLite's planner, without statistics
 (flowmem never runs ``ANALYZE``), takes the clustered key for three ids or more and
 scans the whole conversation: 23 ms at 100,000 entries instead of 20 µs."""
-# A fill reads the ids of two indexes (every result, the placeholders: schema 6) and of
-# the calls' key, never a message's body; aggregated into JSON arrays by SQLite when it
-# has JSON1 (one row: 4x faster than a row per id), else a row per id.
+ANSWERS: Final = "declared_at IS NOT NULL"
+"""Whether a result carries the declaration it answers (schema 8: its id is declared)."""
+# A fill reads the ids of two indexes (every result; the marked ones: placeholders and
+# results that carry no declaration, schema 8) and of the calls' key, never a message's
+# body; aggregated into JSON arrays by SQLite when it has JSON1 (one row: 4x faster than
+# a row per id), else a row per id. The declared ids are the calls' key's, the results'
+# less those carrying none, and the unanswered calls (sql_apply's notes).
 _RESULT_IDS: Final = ("FROM messages INDEXED BY messages_result "
                       "WHERE buffer_id = ? AND result_id IS NOT NULL")
-_PLACEHOLDER_IDS: Final = ("FROM messages INDEXED BY messages_healed "
-                           "WHERE buffer_id = ? AND healed = 1")
+_MARKED: Final = ("FROM messages INDEXED BY messages_marked WHERE buffer_id = ? "
+                  "AND (healed = 1 OR (result_id IS NOT NULL AND declared_at IS NULL))")
+"""The partial index's own condition, so that SQLite may use it."""
+_PLACEHOLDER_IDS: Final = f"{_MARKED} AND healed = 1"
+_UNDECLARED_IDS: Final = f"{_MARKED} AND declared_at IS NULL"
 _FILL_JSON: Final = (f"SELECT (SELECT json_group_array(result_id) {_RESULT_IDS}), "
                      f"(SELECT json_group_array(result_id) {_PLACEHOLDER_IDS}), "
                      "(SELECT json_group_array(call_id) FROM calls WHERE buffer_id = ?), "
+                     f"(SELECT json_group_array(result_id) {_UNDECLARED_IDS}), "
                      f"({PENDING_OF})")
 _FILL_ROWS: Final = (f"SELECT 0, result_id {_RESULT_IDS} "
                      f"UNION ALL SELECT 1, result_id {_PLACEHOLDER_IDS} "
                      "UNION ALL SELECT 2, call_id FROM calls WHERE buffer_id = ? "
-                     f"UNION ALL SELECT 3, {PENDING} FROM buffers AS b WHERE b.id = ?")
+                     f"UNION ALL SELECT 3, result_id {_UNDECLARED_IDS} "
+                     f"UNION ALL SELECT 4, {PENDING} FROM buffers AS b WHERE b.id = ?")
 # JSON text never holds a raw control character (an encoder escapes them all), so
 # the record separator cannot occur inside a body: it splits the aggregate exactly.
 _SEPARATOR: Final = "\x1e"
@@ -229,27 +239,29 @@ class SQLiteConversations(SQLConversations):
         _, text, version, _ = next(row for row in rows if row[0] == 4)
         pending = {call.call_id: call for call in PendingInRow.decode(text).as_calls()}
         results, declared = view_sets([row for row in rows if row[0] < 3])
-        return HotBuffer(int(buffer_id), int(count), int(next_pos), results, declared, pending,
-                         version=int(version), known=ids)
+        return HotBuffer(int(buffer_id), int(count), int(next_pos), results,
+                         with_pending(declared, pending), pending, version=int(version),
+                         known=ids)
 
     @staticmethod
     def _fill(buffer: HotBuffer) -> Program[None]:
         """Make ``buffer`` complete: every result, declaration and unanswered call."""
         buffer_id = buffer.buffer_id
         if has_json1():
-            (results, healed, calls, pending), = yield (_FILL_JSON, (buffer_id,) * 4)
-            ids: list[list[str]] = [json.loads(results), json.loads(healed), json.loads(calls)]
+            (*lists, pending), = yield (_FILL_JSON, (buffer_id,) * 5)
+            ids: list[list[str]] = [json.loads(text) for text in lists]
         else:
-            ids, pending = [[], [], []], "{}"
-            for kind, value in (yield (_FILL_ROWS, (buffer_id,) * 4)):
-                if kind == 3:
+            ids, pending = [[], [], [], []], "{}"
+            for kind, value in (yield (_FILL_ROWS, (buffer_id,) * 5)):
+                if kind == 4:
                     pending = value
                 else:
                     ids[kind].append(value)
         results = dict.fromkeys(ids[0], False)
         results.update(dict.fromkeys(ids[1], True))
-        buffer.fill(results, set(ids[2]),
-                    {p.call_id: p for p in PendingInRow.decode(pending).as_calls()})
+        calls = {p.call_id: p for p in PendingInRow.decode(pending).as_calls()}
+        declared = set(ids[2]).union(results.keys() - set(ids[3]))
+        buffer.fill(results, with_pending(declared, calls), calls)
 
     def next_position(self, buffer_id: int) -> Program[int | None]:
         rows = yield (NEXT_OF, (buffer_id,))
@@ -321,7 +333,8 @@ def view_by_id(buffer: str, buffer_params: Sequence[Any],
     if not ids:
         return None
     if len(ids) > BY_ID_AT_MOST:
-        parts, params = view_parts(buffer, buffer_params, ids, results=RESULTS_BY_ID)
+        parts, params = view_parts(buffer, buffer_params, ids, results=RESULTS_BY_ID,
+                                   answers=ANSWERS)
         return " UNION ALL ".join(parts), params
     pair = [*buffer_params, None]
     seeks: list[Any] = []
@@ -333,7 +346,7 @@ def view_by_id(buffer: str, buffer_params: Sequence[Any],
 
 @lru_cache(maxsize=2 * BY_ID_AT_MOST)
 def _seeks(buffer: str, count: int) -> str:
-    results = (f"SELECT 0, result_id, healed, 0 FROM {RESULTS_BY_ID} "
+    results = (f"SELECT 0, result_id, healed, {ANSWERS} FROM {RESULTS_BY_ID} "
                f"WHERE buffer_id = {buffer} AND result_id = ?")
     calls = f"SELECT 1, call_id, 0, 0 FROM calls WHERE buffer_id = {buffer} AND call_id = ?"
     return " UNION ALL ".join([results] * count + [calls] * count)

@@ -124,6 +124,24 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         AND messages.pos = (SELECT max(pos) FROM messages AS m WHERE m.buffer_id = b.id);
     ALTER TABLE buffers DROP COLUMN count;
     """,
+    # 8: a declaration waits for its answer (stores/sql_apply.py's notes): a call a turn
+    # opens as unanswered is kept in the state, then on the entry that answers it
+    # (declared_at, declared_ord), not in `calls`: a declaring turn writes one row, not a
+    # random leaf of the calls' key per id. The results that carry no declaration
+    # (orphans; every result stored before schema 8) join the placeholders in ONE partial
+    # index (a second one costs every INSERT its check), so a fill reads the declared
+    # answers without a body. `declarations` is every declaration by turn.
+    """
+    ALTER TABLE messages ADD COLUMN declared_at INTEGER;
+    ALTER TABLE messages ADD COLUMN declared_ord INTEGER;
+    DROP INDEX messages_healed;
+    CREATE INDEX messages_marked ON messages (buffer_id, result_id, healed, declared_at)
+        WHERE healed = 1 OR (result_id IS NOT NULL AND declared_at IS NULL);
+    CREATE VIEW declarations (buffer_id, call_id, turn_pos, ord) AS
+        SELECT buffer_id, call_id, turn_pos, ord FROM calls
+        UNION ALL SELECT buffer_id, result_id, declared_at, declared_ord FROM messages
+        WHERE declared_at IS NOT NULL;
+    """,
 )
 """Schema migrations; ``PRAGMA user_version`` is the number applied."""
 

@@ -1,0 +1,181 @@
+"""SQLite schema 8: a declaration waits for its answer (MEM-2 without a random leaf per id).
+
+A call a turn opens as unanswered is kept in the conversation's state, then on the
+entry that answers it (``declared_at``, ``declared_ord``); only a declaration that
+opens nothing (the id was declared or answered before) has a row of ``calls``. Every
+reader still sees every declaration: a hot copy, a cold connection reading the view
+of the ids an append mentions, a fill, and the window (MEM-2, MEM-3, MEM-10).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flowmem.messages import Message, canonical_messages
+from flowmem.scopes import StorageKey
+from flowmem.store import AppendOutcome
+from flowmem.stores.sqlite import SQLiteStore
+from flowmem.testing import store_model_test
+
+KEY = StorageKey("session", "s1", "chat")
+
+
+def _call(*ids: str) -> Message:
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": i, "type": "function",
+                            "function": {"name": "f", "arguments": "{}"}} for i in ids]}
+
+
+def _result(call: str, content: str = "done") -> Message:
+    return {"role": "tool", "tool_call_id": call, "content": content}
+
+
+def _user(text: str = "next") -> Message:
+    return {"role": "user", "content": text}
+
+
+def _append(store: SQLiteStore, *messages: Message,
+            window: int | None = None) -> AppendOutcome:
+    return store.append(KEY, canonical_messages(list(messages)), max_messages=window,
+                        lock_timeout=5.0)
+
+
+def _rows(path: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(path) as raw:
+        rows = raw.execute(sql).fetchall()
+    raw.close()
+    return rows
+
+
+def _calls(path: Path) -> list[tuple[Any, ...]]:
+    return _rows(path, "SELECT call_id, ord FROM calls ORDER BY call_id")
+
+
+def _carried(path: Path) -> list[tuple[Any, ...]]:
+    return _rows(path, "SELECT result_id, declared_at IS NOT NULL, declared_ord FROM messages "
+                       "WHERE result_id IS NOT NULL ORDER BY pos")
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> Path:
+    return tmp_path / "d.db"
+
+
+@pytest.fixture
+def store(path: Path) -> Iterator[SQLiteStore]:
+    opened = SQLiteStore(str(path))
+    yield opened
+    opened.close()
+
+
+def _cold(path: Path) -> SQLiteStore:
+    """A new store on the file: its first append reads the view of the ids by id."""
+    return SQLiteStore(str(path))
+
+
+def test_a_declaring_turn_writes_no_call_row_and_its_answer_carries_it(
+        store: SQLiteStore, path: Path) -> None:
+    """MEM-2: the declarations ride on the state, then on their answers."""
+    _append(store, _user("hi"), _call("c1", "c2"))
+    assert _calls(path) == []
+    _append(store, _result("c2"))
+    _append(store, _user())  # MEM-3: c1's placeholder carries c1's declaration
+    assert _calls(path) == []
+    assert _carried(path) == [("c2", 1, 1), ("c1", 1, 0)]
+    _append(store, _result("c1", "late"))  # MEM-10: the replacement keeps it
+    assert _carried(path) == [("c2", 1, 1), ("c1", 1, 0)]
+
+
+@pytest.mark.parametrize("then", ["nothing", "answered", "healed", "replaced"])
+def test_a_cold_connection_sees_every_declaration(path: Path, then: str) -> None:
+    """MEM-2 on a connection that never saw the turn: a repeat of it is dropped whether
+    its calls are unanswered, answered, healed (MEM-3) or replaced (MEM-10)."""
+    first = _cold(path)
+    _append(first, _user("hi"), _call("c1", "c2"))
+    steps = {"nothing": [], "answered": [_result("c1"), _result("c2")],
+             "healed": [_user()], "replaced": [_user(), _result("c2", "late")]}[then]
+    for message in steps:
+        _append(first, message)
+    first.close()
+    for repeat in (_call("c1", "c2"), _call("c2"), _call("c2", "c1")):
+        cold = _cold(path)
+        assert _append(cold, repeat).appended == 0
+        cold.close()
+    cold = _cold(path)
+    assert _append(cold, _call("c2", "c3")).appended == 1  # one new id keeps the turn
+    cold.close()
+    assert _calls(path) == [("c2", 0)]  # c3 opens; c2 was declared before: its own row
+
+
+def test_an_orphan_result_declared_later(store: SQLiteStore, path: Path) -> None:
+    """A result no turn declared carries nothing; a later turn declaring its id has a
+    row of ``calls`` (it opens nothing: the id has a result), so a cold connection drops
+    a repeat of that turn and heals nothing for it (MEM-2, MEM-3)."""
+    _append(store, _user("hi"), _result("c9"))
+    assert _carried(path) == [("c9", 0, None)]
+    _append(store, _call("c9"))
+    assert _calls(path) == [("c9", 0)]
+    cold = _cold(path)
+    assert _append(cold, _call("c9")).appended == 0
+    assert _append(cold, _user()).count == 4  # c9 has a result: no placeholder
+    cold.close()
+
+
+def test_the_window_forgets_an_evicted_declaration_on_a_kept_answer(
+        store: SQLiteStore, path: Path) -> None:
+    """A result whose turn the window evicts stays when a later turn declares its id too;
+    it no longer carries the evicted declaration, and the id stays declared (by the later
+    turn's row) for a cold connection."""
+    _append(store, _user("hi"), _call("c1"), _result("c1"), _call("c1", "c2"))
+    assert _calls(path) == [("c1", 0)]  # c1 declared again: its own row
+    _append(store, _user("more"), window=4)  # evicts "hi" and the first turn
+    kept = store.read(KEY)[1]
+    assert [m["role"] for m in kept] == ["tool", "assistant", "tool", "user"]
+    assert _carried(path) == [("c1", 0, None), ("c2", 1, 1)]  # c2 healed, carrying its own
+    cold = _cold(path)
+    assert _append(cold, _call("c1")).appended == 0  # MEM-2: declared by the kept turn
+    cold.close()
+
+
+def test_the_window_reads_unanswered_declarations(store: SQLiteStore, path: Path) -> None:
+    """An unanswered call's declaration is in the state only: the window finds it there
+    (MEM-3's turn evicted with its calls, nothing healed for them)."""
+    _append(store, _call("c1"), _result("c1"), _call("c2"))
+    outcome = _append(store, _user("a"), _user("b"), window=2)
+    assert outcome.count == 2
+    assert [m["content"] for m in store.read(KEY)[1]] == ["a", "b"]
+    cold = _cold(path)
+    assert _append(cold, _call("c2")).appended == 1  # its turn is gone: a new declaration
+    cold.close()
+
+
+class _ColdEveryAppend:
+    """A store that opens the file anew for every operation: every append plans on the
+    view read by id (the cold path), never on a connection's copy."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            store = SQLiteStore(self.path)
+            try:
+                return getattr(store, name)(*args, **kwargs)
+            finally:
+                store.close()
+        return call
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_cold_connection_for_every_append_equals_the_model(tmp_path: Path) -> None:
+    """The model-based test (MEM-1, MEM-2, MEM-3, MEM-10, MEM-14, the window) with every
+    operation on a new connection."""
+    store_model_test(lambda: _ColdEveryAppend(tmp_path / "cold.db"),  # type: ignore[arg-type, return-value]
+                     reopenable=True, max_examples=30, steps=15)
