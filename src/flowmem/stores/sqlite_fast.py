@@ -97,7 +97,8 @@ def _apply_one(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, op: Op,
     body = encode(op.message)
     answered = pending.get(answers) if answers is not None else None
     if opens or answered is not None:  # the calls change
-        calls = {c: (p.turn, p.order) for c, p in pending.items() if c != answers}
+        left = len(pending) - (answered is not None)  # (a comprehension is a call: skipped)
+        calls = {c: (p.turn, p.order) for c, p in pending.items() if c != answers} if left else {}
         for call, order in opens:
             calls[call] = (pos, order)
         text = encode(calls) if calls else "{}"
@@ -114,10 +115,8 @@ def _apply_one(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, op: Op,
         cursor.execute(ANSWER_WITH_HEAD, (buffer_id, pos, "tool", answers, int(op.healed), body,
                                           answered.turn, answered.order, count, pos + SLOT,
                                           text, version))
-    if op.declares:
-        kept = kept_declarations(op)
-        if kept:
-            cursor.execute(*insert_calls(buffer_id, pos, kept))
+    if len(opens) != len(op.declares):  # a declaration that opens nothing (sql_declarations)
+        cursor.execute(*insert_calls(buffer_id, pos, kept_declarations(op)))
     buffer.added(op, body, version, hot.version)
     page = hot_tail(buffer, tail, count) if tail else None
     return _outcome(count, plan.appended, serialized, plan_stats(plan), False, page)

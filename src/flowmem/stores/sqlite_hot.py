@@ -198,7 +198,8 @@ class HotBuffer:
         pos = self.next_pos
         if self.tail is not None:
             self.tail.append((pos, body))
-        self._index(op, pos)
+        if op.answers is not None or op.declares:  # else nothing to index (a call less)
+            self._index(op, pos)
         self.next_pos, self.count = pos + SLOT, self.count + 1
         self.version, self.checked = version, checked
 
