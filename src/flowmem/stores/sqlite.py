@@ -33,10 +33,13 @@ database), and a "database is locked" answer is retried; only past
 
 Faults (:mod:`flowmem.stores.sqlite_files`): a database flowmem creates is
 ``0600``, with its ``-wal``, ``-shm`` and ``.lock``. Every transaction ends
-with one ``stat`` of the path: if the file was deleted or replaced while
-open, the operation raises :class:`~flowmem.errors.StoreUnavailable` — a
-write is never acknowledged into an unlinked file — and so does every later
-operation of this store (a new store opens whatever the path names then).
+with a check that the path still names the file: if the file was deleted or
+replaced while open, the operation raises
+:class:`~flowmem.errors.StoreUnavailable` — a write is never acknowledged into
+an unlinked file — and so does every later operation of this store (a new
+store opens whatever the path names then). The check is a ``poll`` of an
+inotify watch of the file and its directories on Linux, and a ``stat`` of the
+path after any event or where nothing is watched (:mod:`.sqlite_watch`).
 Read-only (``?mode=ro``, or a file this process cannot write): reads and
 history work, writes raise :class:`~flowmem.errors.StoreReadOnly`.
 """
@@ -88,6 +91,7 @@ from .sqlite_schema import (
     migrate,
     user_version,
 )
+from .sqlite_watch import Events, PathWatch
 from .sqlite_writer import writer_turns
 
 __all__ = ["MIGRATIONS", "MIN_SQLITE_VERSION", "SQLiteStore"]
@@ -133,6 +137,8 @@ class SQLiteStore:
         self._closed = False
         self._gone: str | None = None  # why the store is unusable (its file was replaced)
         self._identity: FileIdentity | None = None
+        self._watch: PathWatch | None = None  # what spares the stat (.sqlite_watch)
+        self._watching = False  # whether the watch was tried
         directory = os.path.dirname(self.path)
         if not os.path.isdir(directory):
             raise StoreError(f"cannot open {self.path}: directory {directory} does not exist")
@@ -239,9 +245,23 @@ class SQLiteStore:
         own programs and hot buffers (:mod:`.sqlite_hot`; none read-only)."""
         self._local.conn = conn
         self._local.cursor = conn.cursor()  # every transaction's: not one per transaction
+        self._local.events = self._events()
         self._local.sql = SQLiteConversations(None if self.read_only else HotBuffers())
         with self._guard:
             self._connections.append(conn)
+
+    def _events(self) -> Events | None:
+        """This thread's poll of the path's watch, started with the first connection
+        (:mod:`.sqlite_watch`); ``None``: every transaction stats the path."""
+        with self._guard:
+            if not self._watching:
+                self._watching = True
+                self._watch = PathWatch.start(self.path)
+            watch = self._watch
+        if watch is None:
+            return None
+        self._check_file()  # the path named the file when the watch began
+        return watch.events()
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -329,7 +349,9 @@ class SQLiteStore:
                 mutex.release()
             elif turns is not None:
                 turns.give_back(fd)
-        if self._gone is not None or not self._files.names(self._identity):
+        events = local.events  # nothing moved the file or its directories: no stat
+        if self._gone is not None or ((events is None or events(0))
+                                      and not self._files.names(self._identity)):
             self._check_file()  # raises
         return answer
 
@@ -439,6 +461,10 @@ class SQLiteStore:
         for conn in connections:
             conn.close()
         self._local = threading.local()
+        with self._guard:
+            watch, self._watch, self._watching = self._watch, None, False
+        if watch is not None:
+            watch.close()
 
 
 _SQL: Final = SQLiteConversations()  # BEGIN IMMEDIATE already holds the write lock
