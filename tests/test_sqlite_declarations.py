@@ -179,3 +179,23 @@ def test_a_cold_connection_for_every_append_equals_the_model(tmp_path: Path) -> 
     operation on a new connection."""
     store_model_test(lambda: _ColdEveryAppend(tmp_path / "cold.db"),  # type: ignore[arg-type, return-value]
                      reopenable=True, max_examples=30, steps=15)
+
+
+def test_a_schema_7_writer_fails_on_the_file_and_changes_nothing(
+        store: SQLiteStore, path: Path) -> None:
+    """A writer of an older flowmem still running when schema 8 let declarations wait for
+    their answers would answer a call whose declaration it cannot see (MEM-2): every
+    append of it names ``head_pending``, renamed by the migration, so it fails and is
+    rolled back."""
+    _append(store, _user("hi"), _call("c1"))
+    raw = sqlite3.connect(path)
+    with pytest.raises(sqlite3.OperationalError, match="head_pending"), raw:
+        (buffer_id,), = raw.execute("SELECT id FROM buffers")
+        raw.execute("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body, "
+                    "head_count, head_next, head_pending, head_version) "
+                    "VALUES (?, 104857600, 'tool', 'c1', 0, '{}', 3, 105906176, '{}', 1)",
+                    (buffer_id,))
+    raw.close()
+    assert _carried(path) == []
+    assert _append(store, _result("c1")).count == 3
+    assert _carried(path) == [("c1", 1, 0)]

@@ -41,10 +41,11 @@ def _old_copy(source: Path, target: Path, version: int) -> None:
                 old.execute(statement)
     old.execute(f"PRAGMA user_version = {version}")
     new = sqlite3.connect(source)
-    heads = ", head_count, head_next, head_pending, head_version" if version >= 7 else ""
+    heads = ", head_count, head_next, head_unanswered, head_version" if version >= 7 else ""
     rows = {table: new.execute(f"SELECT {columns} FROM {table}").fetchall()
             for table, columns in (("kv", "*"), (
                 "messages", f"buffer_id, pos, role, result_id, healed, body{heads}"))}
+    heads = heads.replace("head_unanswered", "head_pending")  # its name until schema 8
     buffers = new.execute(_STATE).fetchall()  # id, scope, scope id, key, count, next, pending
     rows["calls"] = _every_declaration(new, buffers)
     if version >= 7:  # the state rides on the newest entry; the row keeps an empty one's
@@ -164,7 +165,7 @@ def test_a_version_6_database_moves_each_state_onto_its_newest_entry(tmp_path: P
     assert store.read(KEY) == before
     with sqlite3.connect(tmp_path / "old.db") as raw:
         columns = {row[1] for row in raw.execute("PRAGMA table_info(buffers)")}
-        heads = raw.execute("SELECT pos, head_count, head_next, head_pending FROM messages "
+        heads = raw.execute("SELECT pos, head_count, head_next, head_unanswered FROM messages "
                             "WHERE head_count IS NOT NULL").fetchall()
     raw.close()
     assert "count" not in columns

@@ -9,12 +9,15 @@ Tables (created by each backend's migrations)::
     messages(buffer_id, pos, role, result_id, healed, body)
         UNIQUE (buffer_id, pos)
         UNIQUE (buffer_id, result_id) WHERE result_id IS NOT NULL
-    calls(buffer_id, call_id, turn_pos, ord)             every declaration
+    calls(buffer_id, call_id, turn_pos, ord)             every declaration (PostgreSQL)
 
 SQLite (schema 7) keeps a conversation's count, next position and calls on its
 newest message instead of its row (:mod:`flowmem.stores.sqlite_head`); the
 programs name the state through :attr:`SQLConversations.buffer_row`,
 ``count_or_value`` and the :class:`~flowmem.stores.sql_apply.Saver` they pass.
+Since schema 8 SQLite keeps a declaration that opens an unanswered call there
+too, then on the message that answers it (``declared_at``, ``declared_ord``),
+not in ``calls`` (:mod:`flowmem.stores.sql_declarations`).
 
 Every statement an append runs is an indexed look-up or a bounded range scan;
 none reads the whole conversation. A result is written with one upsert on

@@ -184,7 +184,7 @@ class PendingInRow:
 
     @classmethod
     def decode(cls, text: str) -> PendingInRow:
-        """The calls of a stored text (``buffers.pending``, SQLite's ``head_pending``)."""
+        """The calls of a stored text (``buffers.pending``, SQLite's ``head_unanswered``)."""
         return cls({call: (int(turn), int(order))
                     for call, (turn, order) in json.loads(text).items()}, text)
 

@@ -1,9 +1,11 @@
 """Where SQLite keeps a conversation's state: on its newest entry (schema 7).
 
 A buffer's state is its count, its next position, its unanswered calls (the
-JSON object of :class:`~flowmem.stores.sql_apply.PendingInRow`) and its
-version (:mod:`.sqlite_hot`'s checks). Until schema 7 it was the buffer's row
-in ``buffers``, rewritten by every append: one more statement and, because
+JSON object of :class:`~flowmem.stores.sql_apply.PendingInRow`; since schema 8
+the only place their declarations are kept until an answer carries them,
+:mod:`.sql_declarations`) and its version (:mod:`.sqlite_hot`'s checks).
+Until schema 7 it was the buffer's row in ``buffers``, rewritten by every
+append: one more statement and, because
 ``buffers`` is its own b-tree, one more page written per commit (3.65 pages
 against 2.72, `bench/sqlite_statements.py`).
 
@@ -35,18 +37,19 @@ __all__ = ["ANSWER_WITH_HEAD", "BUFFER_ROW", "COUNT_OR_VALUE", "HEAD", "INSERT_W
 
 INSERT_WITH_HEAD: Final = (
     "INSERT INTO messages (buffer_id, pos, role, result_id, healed, body, "
-    "head_count, head_next, head_pending, head_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+    "head_count, head_next, head_unanswered, head_version) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 """The INSERT of an append's newest entry, carrying the buffer's state."""
 ANSWER_WITH_HEAD: Final = (
     "INSERT INTO messages (buffer_id, pos, role, result_id, healed, body, declared_at, "
-    "declared_ord, head_count, head_next, head_pending, head_version) "
+    "declared_ord, head_count, head_next, head_unanswered, head_version) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 """The same, of an entry answering an unanswered call (``INSERT_ANSWER``'s columns)."""
 _CARRYING: Final = {INSERT_ENTRY: INSERT_WITH_HEAD, INSERT_ANSWER: ANSWER_WITH_HEAD}
 HEAD: Final = "(SELECT {column} FROM messages WHERE buffer_id = {buffer} ORDER BY pos DESC LIMIT 1)"
 """A column of a buffer's newest entry (``{buffer}``: SQL naming its id); one seek."""
 _SAVE_ON_NEWEST: Final = (
-    "UPDATE messages SET head_count = ?, head_next = ?, head_pending = ?, head_version = ? "
+    "UPDATE messages SET head_count = ?, head_next = ?, head_unanswered = ?, head_version = ? "
     f"WHERE buffer_id = ? AND pos = {HEAD.format(column='pos', buffer='?')}")
 _SAVE_EMPTY: Final = "UPDATE buffers SET next_pos = ?, pending = ?, version = ? WHERE id = ?"
 
@@ -59,7 +62,7 @@ def state_columns(buffer: str, row: str = "") -> tuple[str, str, str, str]:
         return HEAD.format(column=column, buffer=buffer)
     return (f"coalesce({newest('head_count')}, 0)",
             f"coalesce({newest('head_next')}, {row}next_pos)",
-            f"coalesce({newest('head_pending')}, {row}pending)",
+            f"coalesce({newest('head_unanswered')}, {row}pending)",
             f"coalesce({newest('head_version')}, {row}version)")
 
 

@@ -130,8 +130,12 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     # random leaf of the calls' key per id. The results that carry no declaration
     # (orphans; every result stored before schema 8) join the placeholders in ONE partial
     # index (a second one costs every INSERT its check), so a fill reads the declared
-    # answers without a body. `declarations` is every declaration by turn.
+    # answers without a body. `declarations` is every declaration by turn. head_pending is
+    # renamed, so that a writer of an older flowmem still running on the file fails (every
+    # append of it names the column) instead of answering a call whose declaration it
+    # cannot see.
     """
+    ALTER TABLE messages RENAME COLUMN head_pending TO head_unanswered;
     ALTER TABLE messages ADD COLUMN declared_at INTEGER;
     ALTER TABLE messages ADD COLUMN declared_ord INTEGER;
     DROP INDEX messages_healed;
