@@ -16,14 +16,16 @@ one message per append, in one process, these ways interleaved round by round
     and its byte-range lock), as before published holds
     (``flowmem/stores/holds.py``): what reading the holds saves;
 ``no-file-check``
-    without the ``stat`` after each transaction that refuses to acknowledge
-    a write into a deleted or replaced file: what that guarantee costs.
+    without the check after each transaction that refuses to acknowledge a
+    write into a deleted or replaced file (the poll of the path's watch, or
+    a ``stat``: ``flowmem/stores/sqlite_watch.py``): what that guarantee costs.
 
 The last two run a private store otherwise than flowmem does, to price a
 guarantee or a change. Checkpoints are off in every way (``wal_autocheckpoint=0``: on
 this machine SQLite's inline checkpoint adds 4–7 µs an append of wall time,
 in fsyncs, to each way alike) unless ``--checkpoints``. It prints µs of CPU per
-message (median of the rounds) and each way's difference from ``memory``;
+message (median of the rounds; ``--wall``: of wall time, the fsyncs of the
+checkpoints included) and each way's difference from ``memory``;
 ``--callgrind`` prints instructions per message instead (repeatable whatever
 the load). Not a test.
 """
@@ -34,6 +36,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
@@ -62,8 +65,10 @@ def _memory(path: str, name: str, checkpoints: bool) -> Append:
         store._connection().execute("PRAGMA wal_autocheckpoint=0")
     if name == "key-lock":
         store._locks.holds = None  # no published holds: every append takes its key lock
-    if name == "no-file-check":  # the path taken to name the file still, without a stat
+    if name == "no-file-check":  # the path taken to name the file still, unchecked
         object.__setattr__(store._files, "names", lambda identity: True)
+        store._connection()  # this thread's, made now so that its poll can be taken away
+        store._local.events = None  # no poll of the watch: the (switched off) stat instead
     context = ExecutionContext(session_id="s")
 
     def append(index: int, message: dict[str, Any]) -> None:
@@ -72,22 +77,21 @@ def _memory(path: str, name: str, checkpoints: bool) -> Append:
 
 
 def _way(name: str, path: str, checkpoints: bool) -> Append:
-    if name in ("floor", "statements"):
-        append: Append = sqlite_statements._way(name, path)
-        if checkpoints:  # sqlite_statements turns them off to count pages
-            import sqlite3
-            sqlite3.connect(path).execute("PRAGMA wal_autocheckpoint=1000").close()
+    if name in ("floor", "statements"):  # a checkpoint setting is its connection's own
+        append: Append = sqlite_statements._way(name, path, checkpoints)
         return append
     return _memory(path, name, checkpoints)
 
 
-def run(name: str, messages: list[dict[str, Any]], warmup: int, checkpoints: bool) -> float:
-    """µs of CPU per message of one way."""
+def run(name: str, messages: list[dict[str, Any]], warmup: int, checkpoints: bool,
+        wall: bool = False) -> float:
+    """µs of CPU (``wall``: of wall time) per message of one way."""
     with tempfile.TemporaryDirectory() as workdir:
         append = _way(name, f"{workdir}/{name}.db", checkpoints)
         for index, message in enumerate(messages[:warmup]):
             append(index, message)
-        return sqlite_statements.cpu_per_message(append, messages, warmup)
+        clock = time.perf_counter if wall else time.process_time
+        return sqlite_statements.cpu_per_message(append, messages, warmup, clock)
 
 
 def _child(name: str, count: int, generate: int, checkpoints: bool) -> None:
@@ -107,6 +111,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--checkpoints", action="store_true")
     parser.add_argument("--callgrind", action="store_true")
+    parser.add_argument("--wall", action="store_true", help="µs of wall time, not of CPU")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--generate", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -126,7 +131,8 @@ def main() -> None:
     figures: dict[str, list[float]] = {name: [] for name in WAYS}
     for round_ in range(1, args.rounds + 1):
         for name in WAYS:
-            figures[name].append(run(name, workload, args.warmup, args.checkpoints))
+            figures[name].append(run(name, workload, args.warmup, args.checkpoints,
+                                     args.wall))
         print(f"round {round_}: " + "  ".join(f"{name} {values[-1]:.1f}"
                                               for name, values in figures.items()), flush=True)
     medians = {name: statistics.median(values) for name, values in figures.items()}

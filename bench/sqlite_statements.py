@@ -45,6 +45,7 @@ import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -72,16 +73,17 @@ _SCHEMA = (
 )
 
 
-def _connect(path: str) -> sqlite3.Connection:
+def _connect(path: str, checkpoints: bool = False) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA wal_autocheckpoint=0")  # pages are counted from the WAL's growth
+    # off: pages are counted from the WAL's growth; on: SQLite's default, per connection
+    conn.execute(f"PRAGMA wal_autocheckpoint={1000 if checkpoints else 0}")
     return conn
 
 
-def _floor(path: str) -> Any:
-    conn = _connect(path)
+def _floor(path: str, checkpoints: bool = False) -> Any:
+    conn = _connect(path, checkpoints)
     conn.execute("CREATE TABLE messages (id INTEGER PRIMARY KEY, conversation TEXT NOT NULL, "
                  "body TEXT NOT NULL)")
     conn.execute("CREATE INDEX messages_conversation ON messages (conversation, id)")
@@ -126,8 +128,8 @@ def _guarded(path: str, alone: bool) -> Any:
     return append
 
 
-def _statements(path: str, row: bool) -> Any:
-    conn = _connect(path)
+def _statements(path: str, row: bool, checkpoints: bool = False) -> Any:
+    conn = _connect(path, checkpoints)
     for statement in _SCHEMA:
         conn.execute(statement)
     execute = conn.cursor().execute
@@ -164,14 +166,16 @@ def _memory(path: str) -> Any:
     return append
 
 
-def _way(name: str, path: str) -> Any:
+def _way(name: str, path: str, checkpoints: bool = False) -> Any:
+    """One way's append; ``checkpoints``: SQLite's automatic checkpoints on (the floor
+    and the statements; off everywhere else)."""
     if name == "floor":
-        return _floor(path)
+        return _floor(path, checkpoints)
     if name == "memory":
         return _memory(path)
     if name in ("guarded", "one"):
         return _guarded(path, alone=name == "one")
-    return _statements(path, row=name == "row")
+    return _statements(path, row=name == "row", checkpoints=checkpoints)
 
 
 def run(name: str, messages: list[dict[str, Any]], warmup: int) -> tuple[float, float]:
@@ -189,15 +193,17 @@ def run(name: str, messages: list[dict[str, Any]], warmup: int) -> tuple[float, 
         return spent, pages
 
 
-def cpu_per_message(append: Any, messages: list[dict[str, Any]], warmup: int) -> float:
-    """µs of CPU per message of ``append`` over ``messages[warmup:]`` (the collector off)."""
+def cpu_per_message(append: Any, messages: list[dict[str, Any]], warmup: int,
+                    clock: Callable[[], float] = time.process_time) -> float:
+    """µs of CPU per message of ``append`` over ``messages[warmup:]`` (the collector off);
+    of wall time with ``clock=time.perf_counter``."""
     gc.collect()
     gc.disable()
     try:
-        start = time.process_time()
+        start = clock()
         for index, message in enumerate(messages[warmup:], warmup):
             append(index, message)
-        spent = time.process_time() - start
+        spent = clock() - start
     finally:
         gc.enable()
     return spent / (len(messages) - warmup) * 1e6
