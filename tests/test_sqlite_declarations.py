@@ -17,26 +17,13 @@ from typing import Any
 import pytest
 
 from flowmem.messages import Message, canonical_messages
-from flowmem.scopes import StorageKey
 from flowmem.store import AppendOutcome
 from flowmem.stores.sqlite import SQLiteStore
 from flowmem.testing import store_model_test
-
-KEY = StorageKey("session", "s1", "chat")
-
-
-def _call(*ids: str) -> Message:
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": i, "type": "function",
-                            "function": {"name": "f", "arguments": "{}"}} for i in ids]}
-
-
-def _result(call: str, content: str = "done") -> Message:
-    return {"role": "tool", "tool_call_id": call, "content": content}
-
-
-def _user(text: str = "next") -> Message:
-    return {"role": "user", "content": text}
+from sqlite_support import KEY
+from sqlite_support import call as _call
+from sqlite_support import result as _result
+from sqlite_support import user as _user
 
 
 def _append(store: SQLiteStore, *messages: Message,

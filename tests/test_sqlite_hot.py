@@ -36,22 +36,10 @@ from flowmem.stores.sqlite_hot import (
     HotBuffers,
 )
 from flowmem.testing import store_model_test
-
-KEY = StorageKey("session", "s1", "chat")
-
-
-def _call(*ids: str) -> Message:
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": i, "type": "function",
-                            "function": {"name": "f", "arguments": "{}"}} for i in ids]}
-
-
-def _result(call: str, content: str = "ok") -> Message:
-    return {"role": "tool", "tool_call_id": call, "content": content}
-
-
-def _user(text: str = "next") -> Message:
-    return {"role": "user", "content": text}
+from sqlite_support import KEY
+from sqlite_support import call as _call
+from sqlite_support import result as _result
+from sqlite_support import user as _user
 
 
 def _append(store: SQLiteStore, *messages: Message) -> AppendOutcome:

@@ -77,6 +77,20 @@ def _every_declaration(new: sqlite3.Connection,
     return sorted(rows)
 
 
+def _copied(tmp_path: Path, version: int) -> tuple[bool, Any]:
+    """A conversation (a user turn, a turn declaring c1 and c2, c1's result) written by
+    this flowmem, copied into ``old.db`` at schema ``version``; what it read."""
+    written = SQLiteStore(str(tmp_path / "new.db"))
+    written.append(KEY, canonical_messages([{"role": "user", "content": "hi"}, CALL,
+                                            {"role": "tool", "tool_call_id": "c1",
+                                             "content": "one"}]),
+                   max_messages=None, lock_timeout=5.0)
+    before = written.read(KEY)
+    written.close()
+    _old_copy(tmp_path / "new.db", tmp_path / "old.db", version)
+    return before
+
+
 def test_a_version_2_database_is_migrated_with_its_conversations(tmp_path: Path) -> None:
     written = SQLiteStore(str(tmp_path / "new.db"))
     written.append(KEY, canonical_messages([{"role": "user", "content": "hi"}, CALL,
@@ -148,14 +162,7 @@ def test_a_version_6_database_moves_each_state_onto_its_newest_entry(tmp_path: P
     """Migration 7: each buffer's count, next position and unanswered calls move from its
     row onto its newest entry, and the row's count goes. The conversations go on
     exactly (MEM-1, MEM-3); an empty buffer keeps its state in the row."""
-    written = SQLiteStore(str(tmp_path / "new.db"))
-    written.append(KEY, canonical_messages([{"role": "user", "content": "hi"}, CALL,
-                                            {"role": "tool", "tool_call_id": "c1",
-                                             "content": "one"}]),
-                   max_messages=None, lock_timeout=5.0)
-    before = written.read(KEY)
-    written.close()
-    _old_copy(tmp_path / "new.db", tmp_path / "old.db", 6)
+    before = _copied(tmp_path, 6)
     with sqlite3.connect(tmp_path / "old.db") as raw:
         raw.execute("INSERT INTO buffers (scope, scope_id, key, next_pos) "
                     "VALUES ('session', 's9', 'chat', 7340032)")  # emptied by its window
@@ -187,14 +194,7 @@ def test_a_version_7_database_keeps_every_declaration_in_calls(tmp_path: Path) -
     none (``declared_at`` is NULL: they are indexed as undeclared). MEM-2 still drops a
     repeated turn, answered or not, on a cold connection; a turn declared after the
     upgrade keeps its declaration in the state, then on its answer."""
-    written = SQLiteStore(str(tmp_path / "new.db"))
-    written.append(KEY, canonical_messages([{"role": "user", "content": "hi"}, CALL,
-                                            {"role": "tool", "tool_call_id": "c1",
-                                             "content": "one"}]),
-                   max_messages=None, lock_timeout=5.0)
-    before = written.read(KEY)
-    written.close()
-    _old_copy(tmp_path / "new.db", tmp_path / "old.db", 7)
+    before = _copied(tmp_path, 7)
     with sqlite3.connect(tmp_path / "old.db") as raw:
         assert raw.execute("SELECT count(*) FROM calls").fetchone()[0] == 2
     raw.close()
