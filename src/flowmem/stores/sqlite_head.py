@@ -5,9 +5,9 @@ JSON object of :class:`~flowmem.stores.sql_apply.PendingInRow`; since schema 8
 the only place their declarations are kept until an answer carries them,
 :mod:`.sql_declarations`) and its version (:mod:`.sqlite_hot`'s checks).
 Until schema 7 it was the buffer's row in ``buffers``, rewritten by every
-append: one more statement and, because
-``buffers`` is its own b-tree, one more page written per commit (3.65 pages
-against 2.72, `bench/sqlite_statements.py`).
+append: one more statement and, because ``buffers`` is its own b-tree, one
+more page written per commit (3.65 pages against 2.72,
+`bench/sqlite_statements.py`).
 
 Now the state rides on the newest entry: ``messages`` has four ``head_*``
 columns, and **the buffer's state is the ``head_*`` of its entry with the
