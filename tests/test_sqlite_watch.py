@@ -9,6 +9,7 @@ is never watched.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -114,3 +115,14 @@ def test_closing_the_store_closes_the_watch(tmp_path: Path) -> None:
     assert watch is not None
     store.close()
     assert store._watch is None and watch._fd == -1
+
+
+def test_a_watch_dropped_without_close_gives_its_descriptor_back(tmp_path: Path) -> None:
+    watch = PathWatch.start(str(tmp_path))
+    assert watch is not None
+    fd = watch._fd
+    os.fstat(fd)
+    del watch
+    gc.collect()
+    with pytest.raises(OSError):
+        os.fstat(fd)

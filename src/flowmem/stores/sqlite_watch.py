@@ -29,6 +29,7 @@ import ctypes.util
 import os
 import select
 import sys
+import weakref
 from collections.abc import Callable
 from functools import cache
 from typing import Final
@@ -51,6 +52,9 @@ class PathWatch:
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
+        # a store dropped without close() gives its descriptor back (an instance is one
+        # of the user's inotify instances, 128 by default)
+        self._closer = weakref.finalize(self, os.close, fd)
 
     @classmethod
     def start(cls, path: str) -> PathWatch | None:
@@ -80,9 +84,8 @@ class PathWatch:
 
     def close(self) -> None:
         """Stop watching (the store's connections, and their polls, are gone)."""
-        fd, self._fd = self._fd, -1
-        if fd >= 0:
-            os.close(fd)
+        self._fd = -1
+        self._closer()  # once: a second call does nothing
 
 
 def _above(path: str) -> list[str]:
