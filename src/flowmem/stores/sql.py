@@ -125,7 +125,7 @@ def view_parts(buffer: str, buffer_params: Sequence[Any], ids: Sequence[str],
 
 def view_from(rows: Rows, pending: PendingInRow) -> BufferView:
     """The :class:`BufferView` of the rows of :func:`view_parts`' statement and the
-    buffer row's unanswered calls (declared too: :func:`~.sql_apply.with_pending`)."""
+    buffer row's unanswered calls (declared too: :func:`~.sql_declarations.with_pending`)."""
     results, declared = view_sets(rows)
     return BufferView(results, with_pending(declared, pending.calls), pending.as_calls())
 

@@ -112,7 +112,8 @@ class Saver(Protocol):
     """Whether the statements of :meth:`saved` return a row to check."""
     defers: bool
     """Whether a declaration a turn opens as unanswered waits in the state for the entry
-    that answers it (``INSERT_ANSWER``), instead of a row of ``calls`` (module notes)."""
+    that answers it (``INSERT_ANSWER``), instead of a row of ``calls``
+    (:mod:`.sql_declarations`)."""
 
     def carried(self, entry: Statement, count: int, next_pos: int, pending: PendingInRow,
                 version: int | None) -> Statement:
@@ -290,18 +291,13 @@ def add_statements(buffer_id: int, pos: int, op: AddEntry, body: str,
                    pending: PendingInRow, defers: bool = False) -> list[Statement]:
     """The statements inserting ``op``'s entry (JSON ``body``) at ``pos`` and indexing it;
     the calls it answers and opens change in ``pending`` (kept in the row). ``defers``:
-    :attr:`Saver.defers` (the module notes)."""
+    :attr:`Saver.defers` (:mod:`.sql_declarations`)."""
     if op.answers is None:
         statements: list[Statement] = [(INSERT_ENTRY, (buffer_id, pos, op.message["role"],
                                                          None, 0, body))]
     else:
-        declared = pending.answer(op.answers)
-        if defers and declared is not None:
-            statements = [(INSERT_ANSWER, (buffer_id, pos, "tool", op.answers, int(op.healed),
-                                           body, *declared))]
-        else:
-            statements = [(INSERT_ENTRY, (buffer_id, pos, "tool", op.answers, int(op.healed),
-                                          body))]
+        statements = [_answering((buffer_id, pos, "tool", op.answers, int(op.healed), body),
+                                 pending, defers)]
     if op.declares:
         kept = kept_declarations(op) if defers else tuple(enumerate(op.declares))
         if kept:
@@ -318,13 +314,19 @@ def _heal(buffer_id: int, turn: int, call_ids: Sequence[str], pending: PendingIn
     base = int(end[0][0])
     statements: list[Statement] = []
     for offset, call in enumerate(call_ids, start=1):
-        entry = (buffer_id, base + offset, "tool", call, 1, encode(healed_placeholder(call)))
-        declared = pending.answer(call)
-        if defers and declared is not None:
-            statements.append((INSERT_ANSWER, (*entry, *declared)))
-        else:
-            statements.append((INSERT_ENTRY, entry))
+        statements.append(_answering((buffer_id, base + offset, "tool", call, 1,
+                                      encode(healed_placeholder(call))), pending, defers))
     return statements
+
+
+def _answering(entry: tuple[int, int, str, str, int, str], pending: PendingInRow,
+               defers: bool) -> Statement:
+    """The INSERT of ``entry``, a result or a placeholder, which closes its call in
+    ``pending``: carrying the call's declaration when the saver ``defers``."""
+    declared = pending.answer(entry[3])
+    if defers and declared is not None:
+        return INSERT_ANSWER, (*entry, *declared)
+    return INSERT_ENTRY, entry
 
 
 def evict(buffer_id: int, excess: int, before: list[Statement], pending: PendingInRow,

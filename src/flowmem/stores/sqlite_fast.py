@@ -105,14 +105,12 @@ def _apply_one(hot: HotBuffers, buffer: HotBuffer, plan: AppendPlan, op: Op,
     else:
         text = encode({c: (p.turn, p.order) for c, p in pending.items()}) if pending else "{}"
     count = buffer.count + 1
-    if answers is None:
-        cursor.execute(INSERT_WITH_HEAD, (buffer_id, pos, op.message["role"], None, 0, body,
+    role, healed = (op.message["role"], 0) if answers is None else ("tool", int(op.healed))
+    if answered is None:  # no result, an orphan, or an id answered before: nothing to carry
+        cursor.execute(INSERT_WITH_HEAD, (buffer_id, pos, role, answers, healed, body,
                                           count, pos + SLOT, text, version))
-    elif answered is None:  # an orphan, or an id answered before: no declaration to carry
-        cursor.execute(INSERT_WITH_HEAD, (buffer_id, pos, "tool", answers, int(op.healed), body,
-                                          count, pos + SLOT, text, version))
-    else:  # the declaration it answers rides on it (sql_apply's notes)
-        cursor.execute(ANSWER_WITH_HEAD, (buffer_id, pos, "tool", answers, int(op.healed), body,
+    else:  # the declaration it answers rides on it (sql_declarations)
+        cursor.execute(ANSWER_WITH_HEAD, (buffer_id, pos, role, answers, healed, body,
                                           answered.turn, answered.order, count, pos + SLOT,
                                           text, version))
     if len(opens) != len(op.declares):  # a declaration that opens nothing (sql_declarations)

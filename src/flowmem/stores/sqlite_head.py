@@ -90,7 +90,7 @@ class HeadSaver:
 
     carries = True
     checked = False  # BEGIN IMMEDIATE: the state was read (or known hot) under the lock
-    defers = True  # schema 8: a declaration waits for its answer (sql_apply's notes)
+    defers = True  # schema 8: a declaration waits for its answer (:mod:`.sql_declarations`)
 
     @staticmethod
     def carried(entry: Statement, count: int, next_pos: int, pending: PendingInRow,

@@ -71,7 +71,7 @@ ANSWERS: Final = "declared_at IS NOT NULL"
 # results that carry no declaration, schema 8) and of the calls' key, never a message's
 # body; aggregated into JSON arrays by SQLite when it has JSON1 (one row: 4x faster than
 # a row per id), else a row per id. The declared ids are the calls' key's, the results'
-# less those carrying none, and the unanswered calls (sql_apply's notes).
+# less those carrying none, and the unanswered calls (sql_declarations.py).
 _RESULT_IDS: Final = ("FROM messages INDEXED BY messages_result "
                       "WHERE buffer_id = ? AND result_id IS NOT NULL")
 _MARKED: Final = ("FROM messages INDEXED BY messages_marked WHERE buffer_id = ? "

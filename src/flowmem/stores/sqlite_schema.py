@@ -124,7 +124,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         AND messages.pos = (SELECT max(pos) FROM messages AS m WHERE m.buffer_id = b.id);
     ALTER TABLE buffers DROP COLUMN count;
     """,
-    # 8: a declaration waits for its answer (stores/sql_apply.py's notes): a call a turn
+    # 8: a declaration waits for its answer (stores/sql_declarations.py): a call a turn
     # opens as unanswered is kept in the state, then on the entry that answers it
     # (declared_at, declared_ord), not in `calls`: a declaring turn writes one row, not a
     # random leaf of the calls' key per id. The results that carry no declaration
