@@ -11,6 +11,8 @@
   unserialized after the bounded wait.
 - Without metrics ``Memory.append`` calls the store directly; with metrics it
   runs the generator protocol: both give the same results.
+- A plan made on a partial hot copy, once the ids its new entries name that the copy
+  does not know are learned, is the plan on the whole view.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from flowmem.metrics import Metrics
 from flowmem.plan import SLOT, AddEntry, AppendPlan, BufferView, PendingCall, plan_append
 from flowmem.store import AppendOutcome, AppendStats, HistoryPage, Idempotency
 from flowmem.stores.memory import InMemoryStore
+from flowmem.stores.sqlite_hot import HotBuffer
 from test_buffer_properties import messages as buffer_messages
 
 
@@ -239,6 +242,36 @@ def test_the_one_message_plan_is_the_planners(view: BufferView, message: dict[st
     """The short path decides a one-message append exactly as the planner does."""
     canonical = canonical_messages(message)
     assert plan_append(view, canonical) == plan._plan(view, canonical)
+
+
+@given(view=_views, known=st.frozensets(st.sampled_from(_IDS)),
+       incoming=st.lists(buffer_messages, min_size=1, max_size=4))
+@settings(max_examples=400, deadline=None)
+def test_a_plan_on_a_partial_copy_is_the_plan_once_its_unknown_ids_are_learned(
+        view: BufferView, known: frozenset[str], incoming: list[dict[str, Any]]) -> None:
+    """#14: the SQLite fast path plans on a partial copy first and learns only the ids
+    the plan's new entries answer or declare that the copy does not know
+    (``HotBuffer.unknown_in``), planning again only when one of them turns out held.
+    Whatever the copy knows, the plan it keeps is the plan on the whole view: MEM-1
+    duplicates, MEM-2 declarations, MEM-3 heals and MEM-10 replacements decided as if
+    every id had been read."""
+    pending = {p.call_id: p for p in view.pending}
+    results = {i: held for i, held in view.results.items() if i not in pending}
+    declared = set(view.declared) | set(pending)  # a real view's: every unanswered call
+    whole = BufferView(results, frozenset(declared), list(pending.values()))
+    facts = set(known) | set(pending)  # a copy knows its unanswered calls' facts
+    copy = HotBuffer(1, 0, 0, {i: h for i, h in results.items() if i in facts},
+                     declared & facts, dict(pending), known=set(facts))
+    canonical = canonical_messages(incoming)
+    planned = plan_append(copy.view(), canonical)
+    unknown = copy.unknown_in(planned)
+    if unknown:  # as sqlite_fast.run_append: learn once, plan again only if one is held
+        copy.learn(unknown, {i: results[i] for i in unknown if i in results},
+                   {i for i in unknown if i in declared})
+        if copy.holds_any(unknown):
+            planned = plan_append(copy.view(), canonical)
+            assert copy.unknown_in(planned) == []  # one round learns them all
+    assert planned == plan_append(whole, canonical)
 
 
 @pytest.mark.parametrize("message", [

@@ -392,14 +392,17 @@ def _append_to(store: SQLiteStore, key: StorageKey, text: str) -> None:
     store.append(key, canonical_messages([_user(text)]), max_messages=None, lock_timeout=5.0)
 
 
-@pytest.mark.parametrize("json1", [True, False], ids=["json1", "rows"])
-def test_a_fill_is_the_view_the_entries_derive(tmp_path: Path, json1: bool,
+@pytest.mark.parametrize("by_rows", [False, True], ids=["joined", "rows"])
+def test_a_fill_is_the_view_the_entries_derive(tmp_path: Path, by_rows: bool,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A connection's copy of a buffer another connection wrote (schema 6: results and
     placeholders read from their indexes) holds exactly what the entries derive: every
     result (MEM-1) and whether it is a placeholder (MEM-3, MEM-10), every declaration
-    (MEM-2), the unanswered calls — with SQLite's JSON functions and without them."""
-    monkeypatch.setattr(sqlite_programs, "has_json1", lambda: json1)
+    (MEM-2), the unanswered calls — from the joined lists, and a row per id (what a
+    list whose split does not match its count is read again as)."""
+    if by_rows:  # every count off by one: no split matches
+        monkeypatch.setattr(sqlite_programs, "_FILL_JOINED",
+                            sqlite_programs._FILL_JOINED.replace("count(*)", "count(*) + 1"))
     writer, reader = SQLiteStore(str(tmp_path / "f.db")), SQLiteStore(str(tmp_path / "f.db"))
     for messages in ([_user("q"), _call("c1", "c2", "c3"), _result("c1")],
                      [_user()],  # MEM-3: c2 and c3 healed
@@ -419,5 +422,26 @@ def test_a_fill_is_the_view_the_entries_derive(tmp_path: Path, json1: bool,
     assert copy.declared == set(derived.calls) == {"c1", "c2", "c3", "c4"}
     assert list(copy.pending.values()) == derived.pending
     assert [call.call_id for call in derived.pending] == ["c4"]
+    writer.close()
+    reader.close()
+
+
+def test_a_fill_reads_ids_holding_commas_row_by_row(tmp_path: Path) -> None:
+    """A fill splits each list SQLite joined by commas; an id holding one (no provider's
+    does, but any usable id may) makes the split longer than the list, so the fill reads
+    a row per id instead and the copy still knows every result (MEM-1) and declaration
+    (MEM-2) exactly."""
+    writer, reader = SQLiteStore(str(tmp_path / "f.db")), SQLiteStore(str(tmp_path / "f.db"))
+    _append(writer, _user("q"), _call("a,b", "c"), _result("a,b"))
+    _append(writer, _user(), _call("d,e"))  # c healed (MEM-3); d,e unanswered
+    (buffer_id,), = sqlite3.connect(tmp_path / "f.db").execute("SELECT id FROM buffers")
+    copy = HotBuffer(buffer_id, 6, 0, known=set())
+    reader._within(lambda cursor: drive(reader._programs()._fill(copy), executor(cursor)),
+                   "DEFERRED")
+    assert copy.results == {"a,b": False, "c": True}
+    assert copy.declared == {"a,b", "c", "d,e"}
+    assert list(copy.pending) == ["d,e"]
+    again = _append(reader, _result("a,b", "again"), _call("c"))
+    assert (again.appended, again.stats.dropped_results) == (0, 1)  # MEM-1, MEM-2
     writer.close()
     reader.close()

@@ -17,7 +17,7 @@ from flowmem.scopes import StorageKey
 from flowmem.stores import sqlite_fast
 from flowmem.stores.sqlite import SQLiteStore
 from flowmem.stores.sqlite_head import HEAD
-from flowmem.stores.sqlite_programs import _FILL_JSON, _FILL_ROWS, BY_ID_AT_MOST
+from flowmem.stores.sqlite_programs import _FILL_JOINED, _FILL_ROWS, BY_ID_AT_MOST
 
 KEY = StorageKey("session", "s1", "chat")
 Statement = tuple[str, tuple[Any, ...]]
@@ -125,7 +125,7 @@ def test_the_state_is_one_seek_of_the_newest_entry(
     assert "SorterOpen" not in steps and "Prev" in steps  # backwards, first row: LIMIT 1
 
 
-@pytest.mark.parametrize("statement", [_FILL_JSON, _FILL_ROWS], ids=["json1", "rows"])
+@pytest.mark.parametrize("statement", [_FILL_JOINED, _FILL_ROWS], ids=["joined", "rows"])
 def test_a_fill_reads_the_ids_from_indexes_never_the_bodies(
         cold_store: tuple[SQLiteStore, list[Statement]], statement: str) -> None:
     """Filling a connection's copy of a buffer is O(length) by design, but of ids only:

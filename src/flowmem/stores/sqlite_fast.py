@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 from .._frozen import quick_new
 from ..messages import Message
-from ..plan import SLOT, AddEntry, AppendPlan, Op, mentioned_ids, plan_append
+from ..plan import SLOT, AddEntry, AppendPlan, Op, plan_append
 from ..scopes import StorageKey
 from ..store import AppendOutcome, Idempotency, plan_stats
 from .sql_apply import PendingInRow, add_statements, store_state
@@ -69,11 +69,13 @@ def run_append(sql: SQLiteConversations, cursor: sqlite3.Cursor, key: StorageKey
         buffer = sql.checked(names, buffer,
                              cursor.execute(VERSION, (buffer.buffer_id,)).fetchall())
     if buffer is not None:
-        if buffer.known is not None:
-            unknown = buffer.unknown(mentioned_ids(incoming))
-            if unknown:  # a partial copy learns what it does not know, as the program would
-                drive(sql.learn(names, buffer, unknown), executor(cursor))
         plan = plan_append(buffer.view(), incoming)
+        if buffer.known is not None:
+            unknown = buffer.unknown_in(plan)
+            if unknown:  # a partial copy learns what it did not know
+                drive(sql.learn(names, buffer, unknown), executor(cursor))
+                if buffer.holds_any(unknown):  # else absent, as the plan took them: it stands
+                    plan = plan_append(buffer.view(), incoming)
         if adds_only(plan, buffer.count, max_messages) and (not tail or buffer.serves(tail)):
             ops = plan.ops  # then the program would only add entries and read nothing more
             if len(ops) == 1:

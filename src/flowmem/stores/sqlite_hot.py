@@ -120,6 +120,35 @@ class HotBuffer:
         known = self.known
         return [] if known is None else [i for i in ids if i not in known]
 
+    def unknown_in(self, plan: AppendPlan) -> list[str]:
+        """The ids ``plan``'s new entries answer or declare that the copy does not know.
+
+        A plan made on a partial copy stands when there are none: the planner
+        (:mod:`flowmem.plan`) looks up only the ids the append mentions, and every id it
+        looks up and does not find becomes the id an entry it adds answers or declares
+        (a result not stored is added, a turn declaring an id not declared is kept), so
+        an id the copy does not know cannot have changed the plan without showing here.
+        """
+        known = self.known
+        if known is None:
+            return []
+        ids: list[str] = []
+        for op in plan.ops:  # (loops, not comprehensions: this runs per append)
+            if type(op) is AddEntry:
+                answers = op.answers
+                if answers is not None and answers not in known and answers not in ids:
+                    ids.append(answers)
+                for call in op.declares:
+                    if call not in known and call not in ids:
+                        ids.append(call)
+        return ids
+
+    def holds_any(self, ids: Iterable[str]) -> bool:
+        """Whether any of ``ids`` has a stored result or was declared (a plan that took
+        them all as neither stands: every look-up it made answers the same)."""
+        results, declared = self.results, self.declared
+        return any(i in results or i in declared for i in ids)
+
     def learn(self, ids: Iterable[str], results: dict[str, bool], declared: set[str]) -> None:
         """The facts of ``ids`` (their stored ``results`` and which were ``declared``), read
         by id in a transaction that found the copy current."""
