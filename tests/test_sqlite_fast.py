@@ -22,7 +22,7 @@ from flowmem.scopes import StorageKey
 from flowmem.store import AppendOutcome
 from flowmem.stores.sqlite import SQLiteStore
 from flowmem.stores.sqlite_group import AppendRequest
-from flowmem.stores.sqlite_hot import TAIL_KEEP
+from flowmem.stores.sqlite_hot import FILL_FIXED, TAIL_KEEP
 from flowmem.testing.contract import assistant, tool, user
 
 KEYS = (StorageKey("session", "s1", "chat"), StorageKey("session", "s2", "chat"))
@@ -216,11 +216,14 @@ def test_a_partial_copy_learns_a_new_id_on_the_short_path(
     assert _append(store, assistant("c2")).appended == 1  # an id the copy did not know
     assert buffer.known is not None and "c2" in buffer.known  # its view read
     assert _append(store, tool("c1", "again")).appended == 0  # MEM-1: stored by the writer
-    assert buffer.known is None  # the second such read fills a short conversation's copy
+    assert buffer.known is not None and "c1" in buffer.known  # a read: not yet a fill
+    assert FILL_FIXED == 3  # so the third such read fills a short conversation's copy
+    assert _append(store, assistant("c3")).appended == 1
+    assert buffer.known is None
     assert _append(store, tool("c2")).appended == 1
     assert ran == []
     assert [m["role"] for m in store.read(KEYS[0])[1]] == [
-        "user", "assistant", "tool", "assistant", "assistant", "tool"]
+        "user", "assistant", "tool", "assistant", "assistant", "assistant", "tool"]
     store.close()
     writer.close()
 

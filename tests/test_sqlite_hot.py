@@ -29,6 +29,7 @@ from flowmem.stores.sqlite_fast import executor
 from flowmem.stores.sqlite_head import VERSION
 from flowmem.stores.sqlite_hot import (
     CAPACITY,
+    FILL_FIXED,
     FILL_RENT,
     MAX_MESSAGES,
     MAX_THRESHOLD,
@@ -181,14 +182,15 @@ def test_hot_buffers_are_bounded() -> None:
 
 def test_a_long_buffer_is_filled_only_once_its_reads_cost_as_much() -> None:
     """Rent, then buy: a partial copy of a buffer of ``n`` entries is filled at the
-    ``n // FILL_RENT``-th read of its unknown ids (at least the first threshold's), so a
-    few appends to a long conversation never read the whole of it (#14: no cost that
-    grows with the length)."""
+    ``FILL_FIXED + n // FILL_RENT``-th read of its unknown ids (at least the first
+    threshold's), so a few appends to a long conversation never read the whole of it
+    (#14: no cost that grows with the length)."""
     hot = HotBuffers()
-    assert [hot.should_fill(("s", "i", "short"), FILL_RENT - 1) for _ in range(2)] == \
-        [False, True]
-    long_buffer = [hot.should_fill(("s", "i", "long"), 10 * FILL_RENT) for _ in range(10)]
-    assert long_buffer == [False] * 9 + [True]
+    short = [hot.should_fill(("s", "i", "short"), FILL_RENT - 1) for _ in range(FILL_FIXED)]
+    assert short == [False] * (FILL_FIXED - 1) + [True]
+    long_buffer = [hot.should_fill(("s", "i", "long"), 10 * FILL_RENT)
+                   for _ in range(FILL_FIXED + 10)]
+    assert long_buffer == [False] * (FILL_FIXED + 9) + [True]
 
 
 VIEW_OF_IDS = "SELECT 0, result_id, healed, declared_at IS NOT NULL FROM"  # the ids' view
@@ -198,11 +200,12 @@ def test_a_partial_copy_reads_only_ids_it_does_not_know(tmp_path: Path) -> None:
     """A new connection's copy of a long buffer starts partial: an append whose ids it
     knows reads no view; one with an unknown id reads that id's view only (MEM-1 decided
     the same way each time); the whole buffer is read (the fill) only at the read the
-    rent rule allows: the third, for a buffer of 3 * FILL_RENT entries."""
+    rent rule allows: the FILL_FIXED-th after the first append's, for a buffer shorter
+    than FILL_RENT entries."""
     path = str(tmp_path / "m.db")
     first = SQLiteStore(path, synchronous="off")
     calls = [f"a{n}" for n in range(4)]
-    entries = [_user(str(n)) for n in range(3 * FILL_RENT - 8)]
+    entries = [_user(str(n)) for n in range(FILL_RENT - 16)]
     for call in calls:
         entries += [_call(call), _result(call)]
     _append(first, *entries)
@@ -218,6 +221,7 @@ def test_a_partial_copy_reads_only_ids_it_does_not_know(tmp_path: Path) -> None:
         fill = any("INDEXED BY messages_marked" in s for s in ran)
         view = any(VIEW_OF_IDS in s for s in ran)
         reads.append("fill" if fill else "view" if view else "none")
+    assert FILL_FIXED == 3  # the reads below: the first append's, then three
     assert reads == ["view", "none", "view", "view", "fill", "none"]
     assert store.read(KEY)[1][-1] == canonical_messages(_user("more 5"))[0]
     store.close()

@@ -71,11 +71,11 @@ def run_append(sql: SQLiteConversations, cursor: sqlite3.Cursor, key: StorageKey
     if buffer is not None:
         plan = plan_append(buffer.view(), incoming)
         if buffer.known is not None:
+            # a partial copy learns what the plan named that it did not know; the plan
+            # stands unless one of those ids turns out held
             unknown = buffer.unknown_in(plan)
-            if unknown:  # a partial copy learns what it did not know
-                drive(sql.learn(names, buffer, unknown), executor(cursor))
-                if buffer.holds_any(unknown):  # else absent, as the plan took them: it stands
-                    plan = plan_append(buffer.view(), incoming)
+            if unknown and drive(sql.learn(names, buffer, unknown), executor(cursor)):
+                plan = plan_append(buffer.view(), incoming)
         if adds_only(plan, buffer.count, max_messages) and (not tail or buffer.serves(tail)):
             ops = plan.ops  # then the program would only add entries and read nothing more
             if len(ops) == 1:

@@ -28,19 +28,24 @@ declared), and it knows them exactly — each was read by id under the write
 lock while the copy was current, or written by this connection since. A
 buffer this connection creates starts empty and complete; an existing one
 starts partial at its first append (from the statement that reads its row
-and the view of the ids that append mentions, which it reads anyway). An
-append whose ids are all known plans on the copy and reads nothing; one
-that mentions an unknown id (a new tool call's id) reads the view of those
-ids only and learns them. Filling a copy (every id of the buffer: O(length),
-no bodies) makes it complete; it is done only where it pays: after
-``threshold`` such reads, and not before one read per :data:`FILL_RENT`
-entries (rent, then buy). So a process that appends a few messages to a long
-conversation never reads the whole of it, and its appends that mention no
-new id read no view either. Each time a copy is found stale the threshold
-doubles (up to :data:`MAX_THRESHOLD`), so buffers shared by busy writers
-settle on the indexed read instead of refilling. Bounds: at most
-:data:`CAPACITY` buffers per connection (least recently used first out), and
-a buffer longer than :data:`MAX_MESSAGES` is never filled.
+and the view of the ids that append mentions, which it reads anyway), and
+knows its unanswered calls' facts from the start (declared, no result). The
+short path (:mod:`.sqlite_fast`) plans on a partial copy first, then reads
+the view of the ids the plan's new entries answer or declare that the copy
+does not know (:meth:`HotBuffer.unknown_in`: any id the planner looked up
+and did not find is such an id), and plans again only when one of them
+turns out held; an append whose ids are all known reads nothing. Filling a
+copy (every id of the buffer: O(length), no bodies) makes it complete; it
+is done only where it pays: after ``threshold`` such reads, and not before
+the reads have cost what the fill costs (:data:`FILL_FIXED` plus one per
+:data:`FILL_RENT` entries: rent, then buy). So a process that appends a few
+messages to a long conversation never reads the whole of it, and its
+appends that mention no new id read no view either. Each time a copy is
+found stale the threshold doubles (up to :data:`MAX_THRESHOLD`), so buffers
+shared by busy writers settle on the indexed read instead of refilling.
+Bounds: at most :data:`CAPACITY` buffers per connection (least recently
+used first out), and a buffer longer than :data:`MAX_MESSAGES` is never
+filled.
 
 The copy changes only after the statements of the append succeeded; a
 transaction that fails or is rolled back (a group commit's savepoint
@@ -68,8 +73,8 @@ from ..pages import UNPARSED
 from ..plan import SLOT, AddEntry, AppendPlan, BufferView, HealTurn, PendingCall, ReplacePlaceholder
 from ..store import HistoryPage
 
-__all__ = ["CAPACITY", "FILL_RENT", "MAX_MESSAGES", "MAX_THRESHOLD", "TAIL_KEEP", "HotBuffer",
-           "HotBuffers", "adds_only"]
+__all__ = ["CAPACITY", "FILL_FIXED", "FILL_RENT", "MAX_MESSAGES", "MAX_THRESHOLD", "TAIL_KEEP",
+           "HotBuffer", "HotBuffers", "adds_only"]
 
 Key = tuple[str, str, str]
 
@@ -79,14 +84,18 @@ MAX_MESSAGES: Final = 250_000
 """A buffer longer than this is never filled (its ids would hold tens of MB); its copy
 stays partial."""
 FIRST_THRESHOLD: Final = 2
-FILL_RENT: Final = 128
-"""Entries per read of a partial copy's unknown ids before a fill (see the module notes).
-On the 2-core development machine a fill costs about 0.3 µs an entry (schema 6: ids
-only, one statement) and an append that reads the view of its ids about 30 µs more at
-``synchronous=normal`` (the cost of filling ~100 entries). At 128 the reads before a
-fill have cost about 0.8 of the fill's own cost: a process never pays more than about
-twice the cheaper of the two choices, whether it stops right after the fill or never
-stops. A buffer of up to 383 entries is filled at the first threshold's read."""
+FILL_RENT: Final = 40
+"""Entries a fill reads for the price of one read of a partial copy's unknown ids.
+
+Counted by callgrind (``PYTHONHASHSEED=0``, the eleventh pass of #14): an append that
+reads the view of its unknown ids costs about 38,700 instructions more than one that
+reads none; a fill costs about 100,000 plus 940 an entry (9.7 million at 10,000
+entries, its ids split from comma-joined lists). So a fill of ``n`` entries costs
+about :data:`FILL_FIXED` ``+ n // FILL_RENT`` reads, and a copy is filled at that read
+(rent, then buy: a process never pays more than about twice the cheaper of the two
+choices, whether it stops right after the fill or never stops)."""
+FILL_FIXED: Final = 3
+"""Reads a fill costs whatever the buffer's length (its statement and its copy)."""
 MAX_THRESHOLD: Final = 4096
 TAIL_KEEP: Final = 100
 """The newest entries a hot buffer may know (:attr:`HotBuffer.tail`)."""
@@ -295,7 +304,7 @@ class HotBuffers:
         if count > MAX_MESSAGES:
             return False
         streak = self._streaks.get(key, 0) + 1
-        if streak < max(self.threshold, count // FILL_RENT):
+        if streak < max(self.threshold, FILL_FIXED + count // FILL_RENT):
             if len(self._streaks) >= CAPACITY * 4:
                 self._streaks.clear()
             self._streaks[key] = streak

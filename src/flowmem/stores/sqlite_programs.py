@@ -173,18 +173,21 @@ class SQLiteConversations(SQLConversations):
         return buffer.buffer_id, buffer.count, buffer.next_pos, buffer.view()
 
     def learn(self, names: tuple[str, str, str], buffer: HotBuffer,
-              unknown: list[str]) -> Program[None]:
+              unknown: list[str]) -> Program[bool]:
         """Teach the partial copy ``buffer`` the ``unknown`` ids an append mentions: read
         their view, or fill the copy when the reads have paid for it (``should_fill``:
-        rent, then buy)."""
+        rent, then buy). Returns whether any of them is held: has a stored result or was
+        declared (else a plan that took them all as new stands)."""
         assert self.hot is not None
         if self.hot.should_fill(names, buffer.count):
             yield from self._fill(buffer)
-            return
+            return buffer.holds_any(unknown)
         unknown.sort()
         view = view_by_id("?", (buffer.buffer_id,), unknown)
         assert view is not None  # an append learns only ids it does not know
-        buffer.learn(unknown, *view_sets((yield view)))
+        rows = yield view
+        buffer.learn(unknown, *view_sets(rows))
+        return bool(rows)  # a row is a stored result or a declaration
 
     def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
               max_messages: int | None, then: Then, view: BufferView) -> Program[Applied]:
