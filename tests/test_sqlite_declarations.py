@@ -19,6 +19,7 @@ import pytest
 from flowmem.messages import Message, canonical_messages
 from flowmem.store import AppendOutcome
 from flowmem.stores.sqlite import SQLiteStore
+from flowmem.stores.sqlite_programs import CALLS_AT_START
 from flowmem.testing import store_model_test
 from sqlite_support import KEY
 from sqlite_support import call as _call
@@ -159,6 +160,57 @@ class _ColdEveryAppend:
 
     def close(self) -> None:
         pass
+
+
+def _learns(store: SQLiteStore) -> list[str]:
+    """The statements ``store``'s connection runs that read the view of ids by id."""
+    ran: list[str] = []
+    store._connection().set_trace_callback(ran.append)
+    return ran
+
+
+def _reads_calls_by_id(ran: list[str]) -> bool:
+    return any("SELECT 1, call_id, 0, 0 FROM calls WHERE" in sql for sql in ran)
+
+
+def test_a_copy_that_read_every_call_row_learns_ids_from_the_results_alone(
+        path: Path) -> None:
+    """A new hot copy reads its buffer's ``calls`` rows (the declarations that opened
+    nothing: here ``c1``, declared again after its answer) when it starts; then an id
+    it does not know is learned from the results' key alone, and a turn declaring ``c1``
+    again and ``c2`` opens only ``c2`` (MEM-2), so the next user turn heals ``c2`` only
+    (MEM-3)."""
+    writer = SQLiteStore(str(path))
+    _append(writer, _user("q"), _call("c1"), _result("c1"), _call("c1", "c0"),
+            _result("c0"))
+    writer.close()
+    assert _calls(path) == [("c1", 0)]
+    store = _cold(path)
+    _append(store, _user("more"))  # starts the copy: c1's calls row read with it
+    ran = _learns(store)
+    assert _append(store, _call("c1", "c2")).appended == 1
+    assert any("INDEXED BY messages_result" in sql for sql in ran)  # c2 learned...
+    assert not _reads_calls_by_id(ran)  # ...from the results' key alone
+    assert _append(store, _user()).stats.healed == 1  # c2 only: c1 was answered
+    store.close()
+
+
+def test_a_copy_of_a_buffer_with_many_call_rows_learns_from_both_keys(path: Path) -> None:
+    """Past ``CALLS_AT_START`` rows a new copy does not read them all: it learns an
+    unknown id from the results' key and the calls' key, as a cold connection does."""
+    writer = SQLiteStore(str(path))
+    ids = [f"c{n}" for n in range(CALLS_AT_START + 1)]
+    _append(writer, _user("q"), _call(*ids), *[_result(i) for i in ids])
+    _append(writer, _call(*ids, "fresh"), _result("fresh"))  # each again: a calls row
+    writer.close()
+    assert len(_calls(path)) == CALLS_AT_START + 1
+    store = _cold(path)
+    _append(store, _user("more"))
+    ran = _learns(store)
+    assert _append(store, _call("c0", "new")).appended == 1
+    assert _reads_calls_by_id(ran)
+    assert _append(store, _user()).stats.healed == 1  # "new" only (MEM-2, MEM-3)
+    store.close()
 
 
 def test_a_cold_connection_for_every_append_equals_the_model(tmp_path: Path) -> None:

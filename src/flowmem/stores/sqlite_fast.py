@@ -74,7 +74,8 @@ def run_append(sql: SQLiteConversations, cursor: sqlite3.Cursor, key: StorageKey
             # a partial copy learns what the plan named that it did not know; the plan
             # stands unless one of those ids turns out held
             unknown = buffer.unknown_in(plan)
-            if unknown and drive(sql.learn(names, buffer, unknown), executor(cursor)):
+            held = drive(sql.learn(names, buffer, unknown), executor(cursor)) if unknown else False
+            if held:
                 plan = plan_append(buffer.view(), incoming)
         if adds_only(plan, buffer.count, max_messages) and (not tail or buffer.serves(tail)):
             ops = plan.ops  # then the program would only add entries and read nothing more

@@ -122,6 +122,11 @@ class HotBuffer:
     """The ``data_version`` at which the copy was last known current."""
     known: set[str] | None = None
     """``None``: the copy is complete; else the ids whose facts it knows."""
+    calls_known: bool = True
+    """Whether :attr:`declared` holds every id with a ``calls`` row (schema 8: the
+    declarations that opened nothing), so that an unknown id's declaration is read from
+    the results' key alone. True of a complete copy, and of a partial one that read all
+    its buffer's ``calls`` rows when it started; this connection's own writes keep it."""
     _view: BufferView | None = field(default=None, init=False, repr=False, compare=False)
 
     def unknown(self, ids: Iterable[str]) -> list[str]:

@@ -57,6 +57,12 @@ __all__ = ["DATA_VERSION", "RESULTS_BY_ID", "VERSION", "SQLiteConversations", "h
 _BUFFER_ROW: Final = ("WITH b (id, count, next_pos, pending, version) AS "
                       f"({STATE_OF}) SELECT 3, id, count, next_pos FROM b "
                       "UNION ALL SELECT 4, pending, version, 0 FROM b")
+CALLS_AT_START: Final = 64
+"""The most ``calls`` rows a new hot copy reads (schema 8: only the declarations that
+opened nothing have one; most buffers have none). A copy that read them all knows every
+declaration but those its results carry, so it learns an id by the results' key alone."""
+_CALL_ROWS: Final = (" UNION ALL SELECT 5, call_id, 0, 0 FROM (SELECT call_id FROM calls "
+                     f"WHERE buffer_id = (SELECT id FROM b) LIMIT {CALLS_AT_START + 1})")
 DATA_VERSION: Final = ("PRAGMA data_version", ())
 """The statement telling whether another connection committed (:mod:`.sqlite_hot`)."""
 RESULTS_BY_ID: Final = "messages INDEXED BY messages_result"
@@ -183,7 +189,7 @@ class SQLiteConversations(SQLConversations):
             yield from self._fill(buffer)
             return buffer.holds_any(unknown)
         unknown.sort()
-        view = view_by_id("?", (buffer.buffer_id,), unknown)
+        view = view_by_id("?", (buffer.buffer_id,), unknown, calls=not buffer.calls_known)
         assert view is not None  # an append learns only ids it does not know
         rows = yield view
         buffer.learn(unknown, *view_sets(rows))
@@ -234,7 +240,7 @@ class SQLiteConversations(SQLConversations):
         """The buffer row and the view of the ids ``incoming`` mentions, in one statement:
         a copy that knows those ids (complete when the buffer is new)."""
         ids = mentioned_ids(incoming)
-        rows = yield _with_view(_BUFFER_ROW, [key.scope, key.scope_id, key.key],
+        rows = yield _with_view(_BUFFER_ROW + _CALL_ROWS, [key.scope, key.scope_id, key.key],
                                 view_by_id("(SELECT id FROM b)", (), sorted(ids)))
         head = [row for row in rows if row[0] == 3]
         if not head:  # a new buffer (or a value: open_buffer refuses it); nothing to view
@@ -243,10 +249,13 @@ class SQLiteConversations(SQLConversations):
         _, text, version, _ = next(row for row in rows if row[0] == 4)
         pending = {call.call_id: call for call in PendingInRow.decode(text).as_calls()}
         results, declared = view_sets([row for row in rows if row[0] < 3])
+        call_rows = [row[1] for row in rows if row[0] == 5]
+        declared.update(call_rows)
         # an unanswered call's facts are known too: declared (MEM-2), and no result
         return HotBuffer(int(buffer_id), int(count), int(next_pos), results,
                          with_pending(declared, pending), pending, version=int(version),
-                         known=ids.union(pending))
+                         known=ids.union(pending),
+                         calls_known=len(call_rows) <= CALLS_AT_START)
 
     @staticmethod
     def _fill(buffer: HotBuffer) -> Program[None]:
@@ -327,8 +336,8 @@ BY_ID_AT_MOST: Final = 16
 (a compound statement may have at most 500 parts)."""
 
 
-def view_by_id(buffer: str, buffer_params: Sequence[Any],
-               ids: Sequence[str]) -> Statement | None:
+def view_by_id(buffer: str, buffer_params: Sequence[Any], ids: Sequence[str], *,
+               calls: bool = True) -> Statement | None:
     """The planner's view of ``ids`` (:func:`~flowmem.stores.sql.view_parts`' rows: the
     MEM-1 results and the MEM-2 declarations of those ids) as ONE statement, or ``None``
     for no id.
@@ -336,7 +345,9 @@ def view_by_id(buffer: str, buffer_params: Sequence[Any],
     Up to :data:`BY_ID_AT_MOST` ids, each is its own equality seek of the two keys,
     joined by ``UNION ALL``: an ``IN`` list costs SQLite an ephemeral table per list,
     built and zeroed per statement (two new call ids, inside a transaction: 105,995
-    instructions with the lists, 38,152 by seeks; docs/benchmarks-hotpath.md)."""
+    instructions with the lists, 38,152 by seeks; docs/benchmarks-hotpath.md).
+    ``calls=False`` leaves the calls' key out (seeks of the results' key only), for a
+    hot copy that knows every ``calls`` row of its buffer (:data:`CALLS_AT_START`)."""
     if not ids:
         return None
     if len(ids) > BY_ID_AT_MOST:
@@ -348,15 +359,15 @@ def view_by_id(buffer: str, buffer_params: Sequence[Any],
     for call in ids:
         pair[-1] = call
         seeks += pair
-    return _seeks(buffer, len(ids)), seeks + seeks
+    return _seeks(buffer, len(ids), calls), seeks + seeks if calls else seeks
 
 
-@lru_cache(maxsize=2 * BY_ID_AT_MOST)
-def _seeks(buffer: str, count: int) -> str:
+@lru_cache(maxsize=4 * BY_ID_AT_MOST)
+def _seeks(buffer: str, count: int, calls: bool) -> str:
     results = (f"SELECT 0, result_id, healed, {ANSWERS} FROM {RESULTS_BY_ID} "
                f"WHERE buffer_id = {buffer} AND result_id = ?")
-    calls = f"SELECT 1, call_id, 0, 0 FROM calls WHERE buffer_id = {buffer} AND call_id = ?"
-    return " UNION ALL ".join([results] * count + [calls] * count)
+    call = f"SELECT 1, call_id, 0, 0 FROM calls WHERE buffer_id = {buffer} AND call_id = ?"
+    return " UNION ALL ".join([results] * count + [call] * count * calls)
 
 
 def _with_view(first: str, params: list[Any], view: Statement | None) -> Statement:
