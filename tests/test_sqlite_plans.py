@@ -17,7 +17,12 @@ from flowmem.scopes import StorageKey
 from flowmem.stores import sqlite_fast
 from flowmem.stores.sqlite import SQLiteStore
 from flowmem.stores.sqlite_head import HEAD
-from flowmem.stores.sqlite_programs import _FILL_JOINED, _FILL_ROWS, BY_ID_AT_MOST
+from flowmem.stores.sqlite_programs import (
+    _FILL_JOINED,
+    _FILL_ROWS,
+    BY_ID_AT_MOST,
+    CALLS_AT_START,
+)
 
 KEY = StorageKey("session", "s1", "chat")
 Statement = tuple[str, tuple[Any, ...]]
@@ -72,16 +77,23 @@ _NEWEST = HEAD.format(column="head_count", buffer="?")[1:-1]
 _NEWEST_SEEK = "SEARCH messages USING PRIMARY KEY (buffer_id=?)"
 
 
+_CALLS_RANGE = "SEARCH calls USING PRIMARY KEY (buffer_id=?)"
+_BOUNDED_CALLS = f"LIMIT {CALLS_AT_START + 1})"
+
+
 def _scans(statement: Statement, plan: list[str]) -> list[str]:
     """The steps of ``plan`` that visit a whole buffer, less the seeks of the newest entry
     (schema 7's state, :data:`HEAD`): the same plan line, but the first row of the
     clustered key read backwards is the one wanted (``ORDER BY pos DESC LIMIT 1`` and no
-    sort: :func:`test_the_state_is_one_seek_of_the_newest_entry`)."""
+    sort: :func:`test_the_state_is_one_seek_of_the_newest_entry`); and less a new hot
+    copy's read of its buffer's ``calls`` rows, which stops at ``CALLS_AT_START + 1``."""
     scans = [line for line in plan if _scans_the_buffer(line)]
     seeks = statement[0].count("ORDER BY pos DESC LIMIT 1)")
     for _ in range(seeks):
         if _NEWEST_SEEK in scans:
             scans.remove(_NEWEST_SEEK)
+    if _BOUNDED_CALLS in statement[0] and _CALLS_RANGE in scans:
+        scans.remove(_CALLS_RANGE)
     return scans
 
 

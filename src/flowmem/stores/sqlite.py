@@ -31,6 +31,9 @@ under the *setup* lock of the ``.lock`` file (one open at a time per
 database), and a "database is locked" answer is retried; only past
 ``busy_timeout`` does an open raise :class:`~flowmem.errors.StoreBusy`.
 
+The connections are opened, checked and closed by this store's base,
+:class:`~flowmem.stores.sqlite_connections.SQLiteConnections`.
+
 Faults (:mod:`flowmem.stores.sqlite_files`): a database flowmem creates is
 ``0600``, with its ``-wal``, ``-shm`` and ``.lock``. Every transaction ends
 with a check that the path still names the file: if the file was deleted or
@@ -46,12 +49,10 @@ history work, writes raise :class:`~flowmem.errors.StoreReadOnly`.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Final, TypeVar
@@ -70,7 +71,8 @@ from ..store import AppendOutcome, HistoryPage, Idempotency
 from .holds import Holds, published
 from .locks import KeyLocks, key_locks, stripe_of
 from .sql import Program, T, drive, encode
-from .sqlite_errors import is_busy, mapped_error
+from .sqlite_connections import SQLiteConnections
+from .sqlite_errors import mapped_error
 from .sqlite_fast import executor, run_append
 from .sqlite_files import DatabaseFiles, FileIdentity
 from .sqlite_group import (
@@ -81,17 +83,14 @@ from .sqlite_group import (
     run_group,
     run_unheld,
 )
-from .sqlite_hot import HotBuffers
 from .sqlite_programs import SQLiteConversations
 from .sqlite_schema import (
     MIGRATIONS,
     MIN_SQLITE_VERSION,
     check_library,
-    check_version,
     migrate,
-    user_version,
 )
-from .sqlite_watch import Events, PathWatch
+from .sqlite_watch import PathWatch
 from .sqlite_writer import writer_turns
 
 __all__ = ["MIGRATIONS", "MIN_SQLITE_VERSION", "SQLiteStore"]
@@ -100,10 +99,9 @@ SYNCHRONOUS: Final = ("full", "normal", "off")
 _BEGIN: Final = {"IMMEDIATE": "BEGIN IMMEDIATE", "DEFERRED": "BEGIN DEFERRED"}
 MODES: Final = ("rwc", "rw", "ro")
 _T = TypeVar("_T")
-logger = logging.getLogger("flowmem")
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteConnections):
     """The SQLite backend (see the module notes for durability, opening and faults).
 
     ``mode`` is ``"rwc"`` (read-write, create the database when missing; the
@@ -190,116 +188,6 @@ class SQLiteStore:
         return cls(path, synchronous=options.get("synchronous", "full").lower(),
                    busy_timeout=timeout, mode=options.get("mode", "rwc").lower(),
                    queue_writers=queue_writers)
-
-    # -- opening -------------------------------------------------------------------
-    def _open_read_only(self) -> None:
-        if not self._files.exists():
-            raise StoreUnavailable(f"{self.path} does not exist (a read-only store never "
-                                   f"creates it)")
-        version = self._retrying(lambda: user_version(self._connection()))
-        check_version(version, self.path, read_only=True)
-
-    def _retrying(self, action: Callable[[], _T]) -> _T:
-        """``action``, again while SQLite answers busy, for at most ``busy_timeout``.
-
-        Opening and switching to WAL can answer "database is locked" at once
-        (SQLite does not wait in every case); opens take turns under the
-        setup lock, and this covers other programs using the file.
-        """
-        deadline = time.monotonic() + self.busy_timeout
-        delay = 0.001
-        while True:
-            try:
-                return action()
-            except (sqlite3.OperationalError, StoreBusy) as exc:
-                remaining = deadline - time.monotonic()
-                busy = isinstance(exc, StoreBusy) or is_busy(exc)
-                if not busy or remaining <= 0:
-                    if isinstance(exc, StoreError):
-                        raise
-                    raise mapped_error(exc, self.path) from exc
-                time.sleep(min(delay, remaining))
-                delay = min(delay * 2, 0.05)
-
-    def _connection(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn
-        if self._closed:
-            raise StoreError("the store is closed")
-        if self._gone is not None:
-            raise StoreUnavailable(self._gone)
-        if self.read_only:
-            conn = self._retrying(self._connect)
-        else:
-            with self._locks.setup(self.busy_timeout) as had:
-                if not had:
-                    raise StoreBusy(f"{self.path}: no turn to open a connection within "
-                                    f"{self.busy_timeout}s (busy_timeout)")
-                conn = self._retrying(self._connect)
-        self._adopt(conn)
-        return conn
-
-    def _adopt(self, conn: sqlite3.Connection) -> None:
-        """Make ``conn`` this thread's connection (closed by :meth:`close`), with its
-        own programs and hot buffers (:mod:`.sqlite_hot`; none read-only)."""
-        self._local.conn = conn
-        self._local.cursor = conn.cursor()  # every transaction's: not one per transaction
-        self._local.events = self._events()
-        self._local.sql = SQLiteConversations(None if self.read_only else HotBuffers())
-        with self._guard:
-            self._connections.append(conn)
-
-    def _events(self) -> Events | None:
-        """This thread's poll of the path's watch, started with the first connection
-        (:mod:`.sqlite_watch`); ``None``: every transaction stats the path."""
-        with self._guard:
-            if not self._watching:
-                self._watching = True
-                self._watch = PathWatch.start(self.path)
-            watch = self._watch
-        if watch is None:
-            return None
-        self._check_file()  # the path named the file when the watch began
-        return watch.events()
-
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            conn = sqlite3.connect(self._uri, uri=True, timeout=self.busy_timeout,
-                                   isolation_level=None, check_same_thread=False)
-        except sqlite3.OperationalError:
-            if not self._files.exists():
-                self._check_file()  # raises: the file is gone
-            raise
-        try:
-            if not self.read_only:
-                conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(f"PRAGMA synchronous={self.synchronous.upper()}")
-            conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()  # the file is read
-            if self._identity is None:
-                self._identity = self._files.identity()
-            self._check_file()
-        except BaseException:
-            conn.close()
-            raise
-        return conn
-
-    def _check_file(self) -> None:
-        """Raise :class:`StoreUnavailable` (for good) if the path no longer names our file.
-
-        One ``stat`` per transaction: a commit into a deleted or replaced file
-        must never be acknowledged. The check runs after the commit, so a
-        deletion racing with the commit is caught too.
-        """
-        if self._gone is None and self._files.names(self._identity):
-            return
-        if self._gone is None:
-            self._gone = (f"the database file {self.path} was deleted or replaced while open: "
-                          f"this operation is not in the database at that path, and this store "
-                          f"refuses every operation from now on (a new store opens whatever "
-                          f"the path names)")
-            logger.error("flowmem: %s", self._gone)
-        raise StoreUnavailable(self._gone)
 
     def _within(self, body: Callable[..., _T], mode: str = "IMMEDIATE", *args: Any) -> _T:
         """``body(cursor, *args)`` in one transaction (plain calls, no context managers:
@@ -453,19 +341,6 @@ class SQLiteStore:
     def integrity_check(self) -> str:
         """``PRAGMA integrity_check``: ``"ok"`` for a sound database file."""
         return str(self._connection().execute("PRAGMA integrity_check").fetchone()[0])
-
-    def close(self) -> None:
-        with self._guard:
-            self._closed = True
-            connections, self._connections = self._connections, []
-        for conn in connections:
-            conn.close()
-        self._local = threading.local()
-        with self._guard:
-            watch, self._watch, self._watching = self._watch, None, False
-        if watch is not None:
-            watch.close()
-
 
 _SQL: Final = SQLiteConversations()  # BEGIN IMMEDIATE already holds the write lock
 
