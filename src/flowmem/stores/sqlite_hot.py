@@ -93,7 +93,9 @@ reads none; a fill costs about 100,000 plus 940 an entry (9.7 million at 10,000
 entries, its ids split from comma-joined lists). So a fill of ``n`` entries costs
 about :data:`FILL_FIXED` ``+ n // FILL_RENT`` reads, and a copy is filled at that read
 (rent, then buy: a process never pays more than about twice the cheaper of the two
-choices, whether it stops right after the fill or never stops)."""
+choices, whether it stops right after the fill or never stops). A read has cost about
+32,000 since a new copy reads its buffer's ``calls`` rows: the price errs toward the
+fill by a sixth."""
 FILL_FIXED: Final = 3
 """Reads a fill costs whatever the buffer's length (its statement and its copy)."""
 MAX_THRESHOLD: Final = 4096
