@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-__all__ = ["per_item"]
+__all__ = ["per_item", "total"]
 
 
 def per_item(command: Callable[[int], Sequence[str]], low: int, high: int, *,
@@ -24,14 +24,19 @@ def per_item(command: Callable[[int], Sequence[str]], low: int, high: int, *,
     ``seed`` fixes ``PYTHONHASHSEED``: string hashing decides set orders, and with them
     an SQLite append's counts vary by ±15 % from one seed to another.
     """
-    counts = [_total(command(n), seed, cwd) for n in (low, high)]
+    counts = [total(command(n), seed=seed, cwd=cwd) for n in (low, high)]
     return (counts[1] - counts[0]) / (high - low)
 
 
-def _total(argv: Sequence[str], seed: str, cwd: Path | None) -> int:
+def total(argv: Sequence[str], *, seed: str = "0", cwd: Path | None = None,
+          toggle: str | None = None) -> int:
+    """Instructions of the run of ``argv``; with ``toggle``, only those executed inside
+    that function (callgrind's ``--toggle-collect``, e.g. ``builtin_any``)."""
+    collect = [f"--toggle-collect={toggle}"] if toggle else []
     with tempfile.TemporaryDirectory() as out:
-        subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}/cg",
-                        *argv], check=True, capture_output=True, text=True, cwd=cwd,
+        subprocess.run(["valgrind", "--tool=callgrind", *collect,
+                        f"--callgrind-out-file={out}/cg", *argv], check=True,
+                       capture_output=True, text=True, cwd=cwd,
                        env={**os.environ, "PYTHONHASHSEED": seed})
         text = Path(f"{out}/cg").read_text()
     found = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)

@@ -19,9 +19,6 @@ that wrote the conversation knows). Not a test.
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -30,7 +27,16 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.callgrind import total
+from bench.run_one import SHORT
+
 FLOWMEM, FLOOR = "flowmem-sqlite-normal", "raw-sqlite-wal-normal"
+
+
+def _size(length: int) -> int:
+    """Appends per window: what ``bench.compare``'s paired run takes on a quiet machine
+    (``Trial``'s own sizing, not its calibration under valgrind)."""
+    return min(20, max(10, length // 20)) if length <= SHORT else 20
 
 
 def _child(name: str, length: int, windows: int, prefilled: bool) -> None:
@@ -43,10 +49,7 @@ def _child(name: str, length: int, windows: int, prefilled: bool) -> None:
         trial.convert()
         trial.prepare()
         trial.calibrate()
-        # the sizes bench.compare's paired run gets on a quiet machine, not the
-        # calibration's under valgrind
-        trial.windows = windows
-        trial.size = min(20, max(10, length // 20)) if trial.short else 20
+        trial.windows, trial.size = windows, _size(length)
         store = trial.store
 
         def timed(conversation: str, items: Any) -> int:
@@ -57,7 +60,6 @@ def _child(name: str, length: int, windows: int, prefilled: bool) -> None:
         store.timed_appends = timed
         for index in range(windows):
             trial.window(index)
-        print(windows * trial.size)
 
 
 def _fill_every_new_copy() -> None:
@@ -75,19 +77,9 @@ def _fill_every_new_copy() -> None:
 
 
 def _count(name: str, length: int, windows: int, prefilled: bool) -> float:
-    with tempfile.TemporaryDirectory() as out:
-        done = subprocess.run(
-            ["valgrind", "--tool=callgrind", "--toggle-collect=builtin_any",
-             f"--callgrind-out-file={out}/cg", sys.executable, __file__, "--child", name,
-             "--length", str(length), "--windows", str(windows),
-             *(["--prefilled"] if prefilled else [])],
-            check=True, capture_output=True, text=True,
-            env={**os.environ, "PYTHONHASHSEED": "0"})
-        text = Path(f"{out}/cg").read_text()
-    found = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.M)
-    assert found is not None, "callgrind wrote no total"
-    appends = int(done.stdout.split()[-1])
-    return int(found.group(1)) / appends
+    argv = [sys.executable, __file__, "--child", name, "--length", str(length),
+            "--windows", str(windows), *(["--prefilled"] if prefilled else [])]
+    return total(argv, toggle="builtin_any") / (windows * _size(length))
 
 
 def main(argv: list[str] | None = None) -> int:

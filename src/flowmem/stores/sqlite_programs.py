@@ -77,8 +77,8 @@ ANSWERS: Final = "declared_at IS NOT NULL"
 # default separator: 3.4 M instructions for 4,200 ids, against 6.3 M with any other
 # separator and 5.4 M for a JSON array), with its count to check the split by; a fill
 # whose split does not match (an id holding a comma: no provider's does) is read again
-# a row per id. The declared ids are the calls' key's, the results' less those carrying none, and
-# the unanswered calls (sql_declarations.py).
+# a row per id. The declared ids are the calls' key's, the results' less those carrying
+# none, and the unanswered calls (sql_declarations.py).
 _RESULT_IDS: Final = ("FROM messages INDEXED BY messages_result "
                       "WHERE buffer_id = ? AND result_id IS NOT NULL")
 _MARKED: Final = ("FROM messages INDEXED BY messages_marked WHERE buffer_id = ? "
