@@ -195,6 +195,31 @@ def test_a_copy_that_read_every_call_row_learns_ids_from_the_results_alone(
     store.close()
 
 
+def test_a_copy_knows_all_of_a_call_row_id_or_nothing(path: Path) -> None:
+    """A new copy reads each ``calls`` row with the id's stored result, so it knows every
+    fact of those ids: the same turn declaring ``c1`` again is dropped (MEM-2) without a
+    read on the short path and on the program alike (both learn only what the copy does
+    not know; a copy that knew ``c1`` declared but not its result made the program read
+    it), and ``c1``'s result, re-fired, is not stored twice (MEM-1)."""
+    writer = SQLiteStore(str(path))
+    _append(writer, _user("q"), _call("c1"), _result("c1"), _call("c1", "c0"),
+            _result("c0"))
+    writer.close()
+    assert _calls(path) == [("c1", 0)]
+    for short in (True, False):
+        store = _cold(path)
+        store.short_appends = short
+        _append(store, _user("more"))  # starts the copy
+        buffer = store._programs().hot.get((KEY.scope, KEY.scope_id, KEY.key))
+        assert buffer is not None and buffer.known is not None
+        assert "c1" in buffer.known and buffer.results.get("c1") is False
+        ran = _learns(store)
+        assert _append(store, _call("c1")).appended == 0
+        assert _append(store, _result("c1", "again")).appended == 0
+        assert not any("INDEXED BY messages_result" in sql for sql in ran)
+        store.close()
+
+
 def test_a_copy_of_a_buffer_with_many_call_rows_learns_from_both_keys(path: Path) -> None:
     """Past ``CALLS_AT_START`` rows a new copy does not read them all: it learns an
     unknown id from the results' key and the calls' key, as a cold connection does."""

@@ -61,14 +61,21 @@ CALLS_AT_START: Final = 64
 """The most ``calls`` rows a new hot copy reads (schema 8: only the declarations that
 opened nothing have one; most buffers have none). A copy that read them all knows every
 declaration but those its results carry, so it learns an id by the results' key alone."""
-_CALL_ROWS: Final = (" UNION ALL SELECT 5, call_id, 0, 0 FROM (SELECT call_id FROM calls "
-                     f"WHERE buffer_id = (SELECT id FROM b) LIMIT {CALLS_AT_START + 1})")
 DATA_VERSION: Final = ("PRAGMA data_version", ())
 """The statement telling whether another connection committed (:mod:`.sqlite_hot`)."""
 RESULTS_BY_ID: Final = "messages INDEXED BY messages_result"
 """The MEM-1 results, read by id. Named, because SQLite's planner, without statistics
 (flowmem never runs ``ANALYZE``), takes the clustered key for three ids or more and
 scans the whole conversation: 23 ms at 100,000 entries instead of 20 µs."""
+_CALL_ROWS: Final = (" UNION ALL SELECT 5, c.call_id, m.healed, m.result_id IS NOT NULL FROM "
+                     "(SELECT call_id FROM calls WHERE buffer_id = (SELECT id FROM b) "
+                     f"LIMIT {CALLS_AT_START + 1}) AS c "
+                     "LEFT JOIN messages AS m INDEXED BY messages_result "
+                     "ON m.buffer_id = (SELECT id FROM b) AND m.result_id = c.call_id")
+"""The ``calls`` rows a new copy reads, each with its id's stored result if any
+(``healed`` and whether there is one), so that the copy knows every fact of those ids:
+what it knows of an id is all of it or nothing (the short path and the program learn
+the same ids, :mod:`.sqlite_fast`)."""
 ANSWERS: Final = "declared_at IS NOT NULL"
 """Whether a result carries the declaration it answers (schema 8: its id is declared)."""
 # A fill reads the ids of two indexes (every result; the marked ones: placeholders and
@@ -249,8 +256,12 @@ class SQLiteConversations(SQLConversations):
         _, text, version, _ = next(row for row in rows if row[0] == 4)
         pending = {call.call_id: call for call in PendingInRow.decode(text).as_calls()}
         results, declared = view_sets([row for row in rows if row[0] < 3])
-        call_rows = [row[1] for row in rows if row[0] == 5]
-        declared.update(call_rows)
+        call_rows = [row for row in rows if row[0] == 5]
+        for _, call, healed, stored in call_rows:
+            declared.add(call)
+            if stored:
+                results[call] = bool(healed)
+        ids.update(row[1] for row in call_rows)
         # an unanswered call's facts are known too: declared (MEM-2), and no result
         return HotBuffer(int(buffer_id), int(count), int(next_pos), results,
                          with_pending(declared, pending), pending, version=int(version),
