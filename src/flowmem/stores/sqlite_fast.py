@@ -41,7 +41,7 @@ from .sql_declarations import insert_calls, kept_declarations
 from .sql_program import Execute, Statement, drive, encode
 from .sqlite_head import ANSWER_WITH_HEAD, INSERT_WITH_HEAD, ON_NEWEST
 from .sqlite_hot import HotBuffer, HotBuffers, adds_only
-from .sqlite_programs import DATA_VERSION, VERSION, SQLiteConversations, hot_tail
+from .sqlite_programs import DATA_VERSION, VERSION, SQLiteConversations, hot_tail, learned
 
 __all__ = ["executor", "run_append"]
 
@@ -74,7 +74,12 @@ def run_append(sql: SQLiteConversations, cursor: sqlite3.Cursor, key: StorageKey
             # a partial copy learns what the plan named that it did not know; the plan
             # stands unless one of those ids turns out held
             unknown = buffer.unknown_in(plan)
-            held = drive(sql.learn(names, buffer, unknown), executor(cursor)) if unknown else False
+            if unknown:  # the program's learn, by plain calls
+                view = sql.learning(names, buffer, unknown)
+                held = (drive(sql.filled(buffer, unknown), executor(cursor)) if view is None
+                        else learned(buffer, unknown, cursor.execute(*view).fetchall()))
+            else:
+                held = False
             if held:
                 plan = plan_append(buffer.view(), incoming)
         if adds_only(plan, buffer.count, max_messages) and (not tail or buffer.serves(tail)):

@@ -52,7 +52,8 @@ from .sqlite_head import (
 )
 from .sqlite_hot import HotBuffer, HotBuffers, adds_only
 
-__all__ = ["DATA_VERSION", "RESULTS_BY_ID", "VERSION", "SQLiteConversations", "hot_tail"]
+__all__ = ["DATA_VERSION", "RESULTS_BY_ID", "VERSION", "SQLiteConversations", "hot_tail",
+           "learned"]
 
 _BUFFER_ROW: Final = ("WITH b (id, count, next_pos, pending, version) AS "
                       f"({STATE_OF}) SELECT 3, id, count, next_pos FROM b "
@@ -188,19 +189,31 @@ class SQLiteConversations(SQLConversations):
     def learn(self, names: tuple[str, str, str], buffer: HotBuffer,
               unknown: list[str]) -> Program[bool]:
         """Teach the partial copy ``buffer`` the ``unknown`` ids an append mentions: read
-        their view, or fill the copy when the reads have paid for it (``should_fill``:
-        rent, then buy). Returns whether any of them is held: has a stored result or was
-        declared (else a plan that took them all as new stands)."""
+        their view (:meth:`learning`), or fill the copy when the reads have paid for it
+        (``should_fill``: rent, then buy). Returns whether any of them is held: has a
+        stored result or was declared (else a plan that took them all as new stands)."""
+        view = self.learning(names, buffer, unknown)
+        if view is None:
+            return (yield from self.filled(buffer, unknown))
+        return learned(buffer, unknown, (yield view))
+
+    def filled(self, buffer: HotBuffer, unknown: list[str]) -> Program[bool]:
+        """:meth:`learn` by a fill: whether any of the ``unknown`` ids is held."""
+        yield from self._fill(buffer)
+        return buffer.holds_any(unknown)
+
+    def learning(self, names: tuple[str, str, str], buffer: HotBuffer,
+                 unknown: list[str]) -> Statement | None:
+        """The statement reading the view of the ``unknown`` ids (sorted here), or ``None``
+        when this read fills the copy instead (:meth:`learn`; the short path runs both by
+        plain calls, :mod:`.sqlite_fast`)."""
         assert self.hot is not None
         if self.hot.should_fill(names, buffer.count):
-            yield from self._fill(buffer)
-            return buffer.holds_any(unknown)
+            return None
         unknown.sort()
         view = view_by_id("?", (buffer.buffer_id,), unknown, calls=not buffer.calls_known)
         assert view is not None  # an append learns only ids it does not know
-        rows = yield view
-        buffer.learn(unknown, *view_sets(rows))
-        return bool(rows)  # a row is a stored result or a declaration
+        return view
 
     def apply(self, buffer_id: int, count: int, next_pos: int, plan: AppendPlan,
               max_messages: int | None, then: Then, view: BufferView) -> Program[Applied]:
@@ -340,6 +353,14 @@ class SQLiteConversations(SQLConversations):
             del positions[0], texts[0]
         return HistoryPage(UNPARSED, positions, positions[0] if more and positions else None,
                            encoded=texts)
+
+
+def learned(buffer: HotBuffer, unknown: list[str], rows: Rows) -> bool:
+    """What :meth:`SQLiteConversations.learning`'s statement answered, taught to the copy:
+    whether any of the ``unknown`` ids is held (a row is a stored result or a
+    declaration)."""
+    buffer.learn(unknown, *view_sets(rows))
+    return bool(rows)
 
 
 BY_ID_AT_MOST: Final = 16

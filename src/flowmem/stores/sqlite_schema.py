@@ -146,6 +146,49 @@ MIGRATIONS: Final[tuple[str, ...]] = (
         UNION ALL SELECT buffer_id, result_id, declared_at, declared_ord FROM messages
         WHERE declared_at IS NOT NULL;
     """,
+    # 9: messages back in a rowid table, in the order they were written, beside a unique
+    # index of (buffer, position). Clustered by (buffer, position) (schema 3) a row, its
+    # body and state included, lands in the middle of the b-tree whenever other
+    # conversations were written after its own, and a leaf of such rows fills in a few
+    # appends and splits: in a file many conversations share (a service's), 2.99 pages a
+    # commit against 2.22, about 4,600 instructions an append more (one conversation
+    # alone: 2.19 against 2.30, 1,900 fewer; docs/benchmarks-hotpath.md, twelfth pass).
+    # A new row's id is the largest plus one, so it goes to the table's last leaf; the
+    # position index's entries are small, so its leaves split rarely.
+    """
+    DROP VIEW declarations;
+    CREATE TABLE messages_by_row (
+        id INTEGER PRIMARY KEY,
+        buffer_id INTEGER NOT NULL,
+        pos INTEGER NOT NULL,
+        role TEXT NOT NULL,
+        result_id TEXT,
+        healed INTEGER NOT NULL DEFAULT 0,
+        body TEXT NOT NULL,
+        head_count INTEGER,
+        head_next INTEGER,
+        head_unanswered TEXT,
+        head_version INTEGER,
+        declared_at INTEGER,
+        declared_ord INTEGER
+    );
+    INSERT INTO messages_by_row (buffer_id, pos, role, result_id, healed, body, head_count,
+        head_next, head_unanswered, head_version, declared_at, declared_ord)
+        SELECT buffer_id, pos, role, result_id, healed, body, head_count, head_next,
+        head_unanswered, head_version, declared_at, declared_ord FROM messages
+        ORDER BY buffer_id, pos;
+    DROP TABLE messages;
+    ALTER TABLE messages_by_row RENAME TO messages;
+    CREATE UNIQUE INDEX messages_position ON messages (buffer_id, pos);
+    CREATE UNIQUE INDEX messages_result ON messages (buffer_id, result_id)
+        WHERE result_id IS NOT NULL;
+    CREATE INDEX messages_marked ON messages (buffer_id, result_id, healed, declared_at)
+        WHERE healed = 1 OR (result_id IS NOT NULL AND declared_at IS NULL);
+    CREATE VIEW declarations (buffer_id, call_id, turn_pos, ord) AS
+        SELECT buffer_id, call_id, turn_pos, ord FROM calls
+        UNION ALL SELECT buffer_id, result_id, declared_at, declared_ord FROM messages
+        WHERE declared_at IS NOT NULL;
+    """,
 )
 """Schema migrations; ``PRAGMA user_version`` is the number applied."""
 
