@@ -88,8 +88,8 @@ def _scans(statement: Statement, plan: list[str]) -> list[str]:
     (schema 7's state, :data:`HEAD`): the same plan line, but the first row of the
     positions' index (schema 9) read backwards is the one wanted (``ORDER BY pos DESC
     LIMIT 1`` and no sort: :func:`test_the_state_is_one_seek_of_the_newest_entry`); and
-    less a new hot
-    copy's read of its buffer's ``calls`` rows, which stops at ``CALLS_AT_START + 1``."""
+    less a new hot copy's read of its buffer's ``calls`` rows, which stops at
+    ``CALLS_AT_START + 1``."""
     scans = [line for line in plan if _scans_the_buffer(line)]
     seeks = statement[0].count("ORDER BY pos DESC LIMIT 1)")
     for _ in range(seeks):
