@@ -66,7 +66,7 @@ DATA_VERSION: Final = ("PRAGMA data_version", ())
 """The statement telling whether another connection committed (:mod:`.sqlite_hot`)."""
 RESULTS_BY_ID: Final = "messages INDEXED BY messages_result"
 """The MEM-1 results, read by id. Named, because SQLite's planner, without statistics
-(flowmem never runs ``ANALYZE``), takes the clustered key for three ids or more and
+(flowmem never runs ``ANALYZE``), takes the buffer's positions for three ids or more and
 scans the whole conversation: 23 ms at 100,000 entries instead of 20 µs."""
 _CALL_ROWS: Final = (" UNION ALL SELECT 5, c.call_id, m.healed, m.result_id IS NOT NULL FROM "
                      "(SELECT call_id FROM calls WHERE buffer_id = (SELECT id FROM b) "
