@@ -1,7 +1,7 @@
 """Upgrading a database written by an earlier flowmem: migration 3 (#14) rewrites the
 messages table, migration 4 moves the unanswered calls into the buffer rows, 7 moves the
-state onto the newest entry, 8 lets a declaration wait for its answer; each keeps every
-conversation exactly, its rule indexes included."""
+state onto the newest entry, 8 lets a declaration wait for its answer, 9 puts the messages
+back in a rowid table; each keeps every conversation exactly, its rule indexes included."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import json
 import sqlite3
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from flowmem.ids import result_id
 from flowmem.messages import canonical_messages
@@ -32,7 +34,8 @@ _STATE = "SELECT b.id, b.scope, b.scope_id, b.key, {} FROM buffers AS b".format(
 def _old_copy(source: Path, target: Path, version: int) -> None:
     """``source``'s rows in a database at schema ``version`` (2: as flowmem 0.2 wrote it;
     3: before the unanswered calls moved into the buffer rows; 6: before the state moved
-    onto the newest entry; 7: before a declaration waited for its answer)."""
+    onto the newest entry; 7: before a declaration waited for its answer; 8: before the
+    messages moved back into a rowid table, every declaration in ``calls``)."""
     old = sqlite3.connect(target, isolation_level=None)
     old.execute("PRAGMA journal_mode=WAL")
     for migration in MIGRATIONS[:version]:
@@ -45,7 +48,8 @@ def _old_copy(source: Path, target: Path, version: int) -> None:
     rows = {table: new.execute(f"SELECT {columns} FROM {table}").fetchall()
             for table, columns in (("kv", "*"), (
                 "messages", f"buffer_id, pos, role, result_id, healed, body{heads}"))}
-    heads = heads.replace("head_unanswered", "head_pending")  # its name until schema 8
+    if version < 8:
+        heads = heads.replace("head_unanswered", "head_pending")  # its name until schema 8
     buffers = new.execute(_STATE).fetchall()  # id, scope, scope id, key, count, next, pending
     rows["calls"] = _every_declaration(new, buffers)
     if version >= 7:  # the state rides on the newest entry; the row keeps an empty one's
@@ -227,3 +231,54 @@ def test_a_version_7_database_keeps_every_declaration_in_calls(tmp_path: Path) -
                            lock_timeout=5.0).appended == 0  # MEM-2, read by id
     assert cold.integrity_check() == "ok"
     cold.close()
+
+
+def test_a_version_8_database_moves_its_messages_into_a_rowid_table(tmp_path: Path) -> None:
+    """Migration 9: the clustered messages table becomes a rowid table in (buffer, position)
+    order beside the unique ``messages_position`` index; the conversation reads the same,
+    and MEM-1, MEM-2 and MEM-3 still hold on it, on a warm and on a cold connection."""
+    before = _copied(tmp_path, 8)
+    store = SQLiteStore(str(tmp_path / "old.db"))
+    assert store.read(KEY) == before
+    with sqlite3.connect(tmp_path / "old.db") as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        rows = raw.execute("SELECT id, pos FROM messages ORDER BY id").fetchall()
+        indexes = {row[0] for row in raw.execute(
+            "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'messages'")}
+    raw.close()
+    assert [row[0] for row in rows] == [1, 2, 3]  # written in (buffer, position) order
+    assert [row[1] for row in rows] == sorted(row[1] for row in rows)
+    assert {"messages_position", "messages_result", "messages_marked"} <= indexes
+    repeated = canonical_messages([{"role": "tool", "tool_call_id": "c1", "content": "dup"}])
+    assert store.append(KEY, repeated, max_messages=None, lock_timeout=5.0).appended == 0
+    assert store.append(KEY, canonical_messages([CALL]), max_messages=None,
+                        lock_timeout=5.0).appended == 0  # MEM-2: both ids declared
+    store.close()
+    cold = SQLiteStore(str(tmp_path / "old.db"))
+    assert cold.append(KEY, repeated, max_messages=None, lock_timeout=5.0).appended == 0
+    healed = cold.append(KEY, canonical_messages([{"role": "user", "content": "next"}]),
+                         max_messages=None, lock_timeout=5.0)
+    assert healed.count == 5  # MEM-3: c2's placeholder after c1's result, then the turn
+    assert cold.integrity_check() == "ok"
+    cold.close()
+
+
+def test_a_schema_8_writers_insert_still_means_the_same_after_migration_9(
+        tmp_path: Path) -> None:
+    """Migration 9 keeps every column's name and meaning, so the statements of a writer of
+    schema 8 still running on the file (they name columns, never the table's key) keep
+    working: its row lands at the table's end, found by (buffer, position)."""
+    _copied(tmp_path, 8)
+    SQLiteStore(str(tmp_path / "old.db")).close()  # migrates to the newest schema
+    with sqlite3.connect(tmp_path / "old.db") as raw:
+        (buffer_id,), = raw.execute("SELECT id FROM buffers WHERE key = ?", (KEY.key,))
+        raw.execute("INSERT INTO messages (buffer_id, pos, role, result_id, healed, body, "
+                    "head_count, head_next, head_unanswered, head_version, declared_at, "
+                    "declared_ord) VALUES (?, 1, 'user', NULL, 0, '{}', NULL, NULL, NULL, "
+                    "NULL, NULL, NULL)", (buffer_id,))
+        with pytest.raises(sqlite3.IntegrityError):  # (buffer, position) is still unique
+            raw.execute("INSERT INTO messages (buffer_id, pos, role, body) "
+                        "VALUES (?, 1, 'user', '{}')", (buffer_id,))
+        newest = raw.execute("SELECT pos FROM messages ORDER BY id DESC LIMIT 1").fetchone()
+    raw.close()
+    assert newest == (1,)
