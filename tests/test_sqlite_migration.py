@@ -280,5 +280,8 @@ def test_a_schema_8_writers_insert_still_means_the_same_after_migration_9(
             raw.execute("INSERT INTO messages (buffer_id, pos, role, body) "
                         "VALUES (?, 1, 'user', '{}')", (buffer_id,))
         newest = raw.execute("SELECT pos FROM messages ORDER BY id DESC LIMIT 1").fetchone()
+        found = raw.execute("SELECT role FROM messages INDEXED BY messages_position "
+                            "WHERE buffer_id = ? AND pos = 1", (buffer_id,)).fetchone()
     raw.close()
     assert newest == (1,)
+    assert found == ("user",)
