@@ -1,15 +1,11 @@
-"""Group commit of ``AsyncMemory`` on SQLite (#14): appends/s with N concurrent tasks.
+"""Group commit of ``AsyncMemory`` on SQLite: appends/s with N concurrent tasks.
 
 ``python bench/group_commit_bench.py [--tasks 32] [--appends 2000] [--rounds 5]``
 
-Compares, in ONE process with rounds interleaved (so background load hits
-both alike), the asyncio SQLite store with group commit (queued appends share
-one transaction, at most 64) against the same store with groups of one (every
-append its own transaction: what the store did before), at
-``synchronous=normal`` and ``full``. Each round appends ``--appends`` messages
-of the seeded workload from ``--tasks`` tasks, each task to its own
-conversation. The figure is the median over rounds of appends per second;
-the ratio is what to read on a shared machine. Not a test: nothing asserted.
+The asyncio SQLite store with group commit (queued appends share one
+transaction, at most 64) against groups of one, at ``synchronous=normal`` and
+``full``, rounds interleaved in ONE process; each task appends the seeded
+workload to its own conversation. Medians over rounds. Not a test.
 """
 
 from __future__ import annotations
@@ -28,17 +24,16 @@ if __package__ in (None, ""):
 
 from bench.workload import conversation
 from flowmem import AsyncMemory, ExecutionContext
-from flowmem.stores.embedded_async import AsyncSQLiteStore
-from flowmem.stores.sqlite import SQLiteStore
-from flowmem.stores.sqlite_thread import MAX_GROUP
+from flowmem.stores.sqlite._aio import AsyncSQLiteStore
+from flowmem.stores.sqlite._store import SQLiteStore
+from flowmem.stores.sqlite._thread import MAX_GROUP
 
 CTX = ExecutionContext(workflow_id="bench", session_id="bench")
 
 
 async def _round(url: str, group: int, tasks: int, messages: list[dict[str, Any]],
                  tag: str) -> float:
-    store = AsyncSQLiteStore(lambda: SQLiteStore.from_url(url), max_group=group)
-    memory = AsyncMemory(store)
+    memory = AsyncMemory(AsyncSQLiteStore(lambda: SQLiteStore.from_url(url), max_group=group))
     share = len(messages) // tasks
 
     async def worker(t: int) -> None:
@@ -54,34 +49,28 @@ async def _round(url: str, group: int, tasks: int, messages: list[dict[str, Any]
         await memory.aclose()
 
 
-def run(tasks: int, appends: int, rounds: int, workdir: Path) -> dict[str, list[float]]:
-    messages = conversation(appends)
-    figures: dict[str, list[float]] = {}
-    for r in range(rounds):
-        for sync in ("normal", "full"):
-            url = f"sqlite:///{workdir / f'group-{sync}.db'}?synchronous={sync}"
-            for group in (1, MAX_GROUP):
-                rate = asyncio.run(_round(url, group, tasks, messages, f"r{r}g{group}"))
-                figures.setdefault(f"{sync} group≤{group}", []).append(rate)
-        print(f"round {r + 1}/{rounds} done", file=sys.stderr)
-    return figures
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=32)
     parser.add_argument("--appends", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
+    messages = conversation(args.appends)
+    rates: dict[tuple[str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        figures = run(args.tasks, args.appends, args.rounds, Path(tmp))
+        for r in range(args.rounds):
+            for sync in ("normal", "full"):
+                url = f"sqlite:///{Path(tmp) / f'group-{sync}.db'}?synchronous={sync}"
+                for group in (1, MAX_GROUP):
+                    rates.setdefault((sync, group), []).append(asyncio.run(
+                        _round(url, group, args.tasks, messages, f"r{r}g{group}")))
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
     print(f"AsyncMemory on SQLite, {args.tasks} tasks, {args.appends} appends per round, "
           f"median of {args.rounds} interleaved rounds\n")
     print("| synchronous | one transaction per append (before) | group commit | ratio |")
     print("|---|---:|---:|---:|")
     for sync in ("normal", "full"):
-        alone = statistics.median(figures[f"{sync} group≤1"])
-        grouped = statistics.median(figures[f"{sync} group≤{MAX_GROUP}"])
+        alone, grouped = (statistics.median(rates[sync, group]) for group in (1, MAX_GROUP))
         print(f"| {sync} | {alone:,.0f} appends/s | {grouped:,.0f} appends/s | "
               f"{grouped / alone:.1f}× |")
 

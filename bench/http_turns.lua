@@ -1,4 +1,4 @@
--- wrk script for bench/http_wrk.py: every wrk thread is ONE client with ONE
+-- wrk script for bench/http.py and bench/scale_out.py: every wrk thread is ONE client with ONE
 -- keep-alive connection (run with -t N -c N) appending user turns to its own
 -- session. The sessions and the token come in the environment:
 --   FLOWMEM_TOKEN, FLOWMEM_SESSIONS (comma-separated ids, one per thread),

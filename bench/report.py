@@ -1,530 +1,329 @@
-"""Render a comparison run (``benchmarks.json``) as ``benchmarks.md`` and a log-log plot."""
+"""Render one comparison run (``benchmarks.json``): README.md's table and ``benchmarks.md``.
+
+Each figure appears once: README.md shows every contender of :data:`README_ROWS`
+at 10,000 messages; ``benchmarks.md`` shows the other lengths, the other
+contenders, the reads, memory, disk and the interleaved ratios, and writes
+"README" where a cell would repeat one of the README's figures.
+"""
 
 from __future__ import annotations
 
-import math
+import re
 from pathlib import Path
 from typing import Any
 
-__all__ = ["render"]
-
-PLOT = "benchmarks-append.png"
-
-# What issue #6 quotes for the peers at 10,000 messages (µs per appended message).
-QUOTED_AT_10K = {
-    "langgraph-sqlitesaver": 105_000.0,
-    "json-blob": 58_000.0,
-    "langgraph-add-messages": 870.0,
-    "langchain-sql": 650.0,
-    "agents-sqlitesession": 220.0,
-    "raw-sqlite-wal-normal": 15.0,
+AT = 10_000  # the length README.md shows
+README_ROWS = {  # contender -> its README label, in table order
+    "flowmem-memory": "flowmem `memory://`",
+    "flowmem-sqlite-full": "flowmem `sqlite://` (default)",
+    "flowmem-postgres": "flowmem `postgresql://`",
+    "flowmem-redis": "flowmem `redis://`",
+    "agents-sqlitesession": "OpenAI Agents SDK `SQLiteSession`",
+    "langchain-sql": "LangChain `SQLChatMessageHistory`",
+    "langgraph-add-messages": "LangGraph `add_messages` (in memory)",
+    "json-blob": "JSON blob rewritten per append",
+    "langgraph-sqlitesaver": "LangGraph `StateGraph` + `SqliteSaver`",
+    "raw-sqlite-wal-full": "floor: raw sqlite3, WAL + FULL",
 }
-FLAT_GOAL = 1.5
-FLOOR_GOAL = 2.0
-MEMORY_GOAL_US = 12.0  # issue #14 (it was 20 in issue #6)
+BASE = "flowmem-sqlite-full"
+SEE = "README"
+START, END = "<!-- bench:table:start -->", "<!-- bench:table:end -->"
+
+
+def _sig(value: float) -> str:
+    """Three significant figures, thousands separated: 0.76, 7.74, 151, 1,260, 460,500."""
+    rounded = float(f"{value:.3g}")
+    if rounded >= 1000:
+        return f"{rounded:,.0f}"
+    return f"{rounded:.2f}" if rounded < 1 else f"{rounded:.{3 - len(str(int(rounded)))}f}"
 
 
 def _us(value: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "—"
-    if value < 10:
-        return f"{value:.2f} µs"
-    if value < 1000:
-        return f"{value:.1f} µs"
-    if value < 10_000:
-        return f"{value / 1000:.2f} ms"
-    if value < 1_000_000:
-        return f"{value / 1000:.1f} ms"
-    return f"{value / 1e6:.2f} s"
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else _us(value * 1000)
-
-
-def _bytes(value: float | None) -> str:
     if value is None:
         return "—"
-    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{int(value)} B"
+    return (f"{_sig(value)} µs" if value < 1000 else f"{_sig(value / 1000)} ms" if value < 1e6
+            else f"{_sig(value / 1e6)} s")
 
 
 def _ratio(value: float | None) -> str:
-    if value is None:
-        return "—"
-    if value >= 100:
-        return f"×{value:.0f}"
-    return f"×{value:.1f}" if value >= 10 else f"×{value:.2f}" if value >= 0.1 else \
-        f"×{value:.3f}"
+    return "—" if value is None else f"×{_sig(value)}"
 
 
-def _length(value: int) -> str:
-    return f"{value:,}"
+def _table(header: list[str], rows: list[list[str]], align: str = "") -> str:
+    align = align or "l" + "r" * (len(header) - 1)
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
-class _Run:
+class Run:
     def __init__(self, data: dict[str, Any]) -> None:
         self.data = data
         self.lengths: list[int] = data["lengths"]
         self.contenders: dict[str, dict[str, Any]] = data["contenders"]
-        self.results: dict[tuple[str, int], dict[str, Any]] = {
-            (r["contender"], r["length"]): r for r in data["results"]}
+        self.results = {(r["contender"], r["length"]): r for r in data["results"]}
+        self.pairs = [p for p in data.get("paired", []) if p.get("status") == "ok"]
 
     def ok(self, name: str, length: int) -> dict[str, Any] | None:
         result = self.results.get((name, length))
         return result if result and result.get("status") == "ok" else None
 
     def us(self, name: str, length: int) -> float | None:
-        result = self.ok(name, length)
-        return result["us_per_msg"] if result else None
+        return (self.ok(name, length) or {}).get("us_per_msg")
 
-    def cell(self, name: str, length: int, value: Any = None) -> str:
+    def shown(self, name: str, length: int) -> bool:
+        return length == AT and name in README_ROWS
+
+    def cell(self, name: str, length: int, text: Any = None, readme: bool = False) -> str:
+        if (text is None or readme) and self.shown(name, length):
+            return SEE
         result = self.results.get((name, length))
-        if result is None:
-            return "—"
-        status = result.get("status")
+        status = result.get("status") if result else None
         if status == "ok":
-            return _us(result["us_per_msg"]) if value is None else value
-        if status == "skipped":
-            return "skipped¹"
-        if status == "unavailable":
-            return "n/a²"
-        return "error³"
+            return _us(result["us_per_msg"]) if text is None else text(result)
+        return {None: "—", "skipped": "skipped¹", "unavailable": "n/a²"}.get(status, "error³")
 
-    def names(self) -> list[str]:
-        return list(self.contenders)
+    def label(self, name: str) -> str:
+        return self.contenders.get(name, {}).get("label", name)
 
     def measured(self) -> list[str]:
-        return [n for n in self.names() if any(self.ok(n, length) for length in self.lengths)]
+        return [n for n in self.contenders if any(self.ok(n, x) for x in self.lengths)]
+
+    def pair(self, kind: str, first: str, length: int) -> dict[str, Any] | None:
+        return next((p for p in self.pairs
+                     if p.get("kind") == kind and p["paired"][0] == f"{first}@{length}"), None)
+
+    def readme_ratio(self, name: str) -> tuple[float | None, dict[str, Any] | None]:
+        """The ÷ flowmem ``sqlite://`` README shows, and the interleaved pair it came from."""
+        if name == BASE:
+            return 1.0, None
+        info = self.contenders.get(name, {})
+        if info.get("kind") == "floor":
+            floor = self.pair("floor", BASE, AT)
+            if floor:
+                return 1 / floor["ratio_median"], floor
+        elif info.get("kind") != "peer" or info.get("reference") != BASE:
+            return None, None
+        peer = self.pair("peer", name, AT)
+        if peer:
+            return peer["ratio_median"], peer
+        mine, base = self.us(name, AT), self.us(BASE, AT)
+        return (mine / base if mine and base else None), None
 
 
-def _table(header: list[str], rows: list[list[str]], align: str | None = None) -> str:
-    aligns = align or "l" + "r" * (len(header) - 1)
-    marks = ["---:" if a == "r" else ":---:" if a == "c" else "---" for a in aligns]
-    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(marks) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
+def _sendable(result: dict[str, Any]) -> str:
+    s = result["sendability"]
+    return f"{'✅' if s['sendable'] else '✗'} {s['duplicates']} / {s['dangling']} / {s['orphans']}"
 
 
-def _append_tables(run: _Run) -> tuple[str, str]:
+def readme_table(data: dict[str, Any]) -> str:
+    """README.md's table: every :data:`README_ROWS` contender at 10,000 messages."""
+    run = Run(data)
+    rows = []
+    for name, label in README_ROWS.items():
+        if name not in run.contenders:
+            continue
+        result = run.ok(name, AT)
+        ratio, _ = run.readme_ratio(name)
+        rows.append([label, _sig(result["us_per_msg"]) if result else run.cell(name, 0),
+                     "1" if name == BASE else _ratio(ratio) if ratio else "",
+                     _sendable(result) if result else "—"])
+    m = data["machine"]
+    servers = "; ".join(f"{k} {v}" for k, v in m.get("servers", {}).items())
+    return (_table(["contender", "µs per appended message", "÷ flowmem `sqlite://`",
+                    "history sendable (duplicates / dangling / orphans)"], rows, "lrrl")
+            + f"\n\nMeasured {m['date']} on {m['cores']} cores ({m['cpu']}, {m['ram_gib']} GiB), "
+            f"Python {m['python']}, SQLite {m['sqlite']}; {servers}"
+            + (" (a `--quick` smoke run)" if data.get("quick") else "") + ".")
+
+
+def splice_readme(data: dict[str, Any], readme: Path) -> None:
+    """Replace what stands between README.md's bench markers with :func:`readme_table`."""
+    text = readme.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise ValueError(f"{readme}: no {START} ... {END} markers")
+    new = f"{START}\n{readme_table(data)}\n{END}"
+    readme.write_text(pattern.sub(lambda _: new, text, count=1), encoding="utf-8")
+
+
+def _append_tables(run: Run) -> str:
     lengths = run.lengths
     rows = []
-    for name in run.names():
-        info = run.contenders[name]
-        first, last = run.us(name, lengths[0]), run.us(name, 10_000)
-        growth = _ratio(last / first) if first and last else "—"
+    for name, info in run.contenders.items():
+        points = [v for x in lengths if (v := run.us(name, x))]
+        growth = _ratio(points[-1] / points[0]) if len(points) > 1 else "—"
         rows.append([info["label"], info["durability"],
-                     *[run.cell(name, length) for length in lengths], growth])
-    header = ["contender", "journal, synchronous", *[_length(x) for x in lengths],
-              f"10,000 ÷ {lengths[0]:,}"]
-    absolute = _table(header, rows, "ll" + "r" * (len(lengths) + 1))
-
-    ratio_rows = []
-    for name in run.names():
-        info = run.contenders[name]
-        if info["kind"] == "floor":
-            continue  # shown the other way round: flowmem ÷ its floor
+                     *[run.cell(name, x) for x in lengths], growth])
+    absolute = _table(["contender", "journal, synchronous", *[f"{x:,}" for x in lengths],
+                       "longest ÷ shortest"], rows, "ll" + "r" * (len(lengths) + 1))
+    rows = []
+    for name, info in run.contenders.items():
         against = info["floor"] if info["kind"] == "flowmem" else info["reference"]
-        if not against or against not in run.contenders or name not in run.measured():
+        if info["kind"] == "floor" or against not in run.contenders:
             continue
         cells = []
-        for length in lengths:
-            mine, theirs = run.us(name, length), run.us(against, length)
-            cells.append(_ratio(mine / theirs) if mine and theirs else "—")
-        ratio_rows.append([info["label"], run.contenders[against]["label"], *cells])
-    ratios = _table(["contender", "÷ (same run, same durability)",
-                     *[_length(x) for x in lengths]], ratio_rows,
+        for x in lengths:
+            mine, theirs = run.us(name, x), run.us(against, x)
+            cells.append(SEE if run.shown(name, x) and run.readme_ratio(name)[0] else
+                         _ratio(mine / theirs) if mine and theirs else "—")
+        rows.append([info["label"], run.label(against), *cells])
+    ratios = _table(["contender", "÷", *[f"{x:,}" for x in lengths]], rows,
                     "ll" + "r" * len(lengths))
-    return absolute, ratios
+    return (f"{absolute}\n\nThe same isolated runs divided: a peer by the flowmem store "
+            f"it is compared with, a flowmem store by its floor at the same durability.\n\n"
+            f"{ratios}")
 
 
-def _spec(run: _Run, spec: str) -> tuple[str, int]:
-    name, _, length = spec.partition("@")
-    return run.contenders.get(name, {}).get("label", name), int(length)
-
-
-def _pair_label(run: _Run, pair: dict[str, Any]) -> str:
-    (a_label, a_length), (b_label, b_length) = (_spec(run, x) for x in pair["paired"])
-    if pair.get("kind") == "flat":
-        return f"{a_label}: at {_length(a_length)} ÷ at {_length(b_length)}"
-    return f"{a_label} ÷ {b_label}, at {_length(a_length)}"
-
-
-def _paired_table(run: _Run) -> str:
+def _paired_table(run: Run) -> str:
+    used = {id(run.readme_ratio(name)[1]) for name in README_ROWS}
     rows = []
-    titles = {"floor": "flowmem ÷ raw floor, same durability", "flat": "flat curve",
-              "peer": "peer ÷ flowmem, same synchronous"}
     for pair in run.data.get("paired", []):
-        first, second = pair["paired"]
-        what = titles.get(pair.get("kind", ""), pair.get("kind", ""))
+        (a, la), (b, lb) = (spec.rpartition("@")[::2] for spec in pair["paired"])
+        what = (f"{run.label(a)}: at {int(la):,} ÷ at {int(lb):,}" if a == b
+                else f"{run.label(a)} ÷ {run.label(b)}, at {int(la):,}")
         if pair.get("status") != "ok":
-            rows.append([what, _pair_label(run, pair), "—", "—",
-                         f"{pair.get('status')}: {pair.get('reason', '')}", "—"])
+            rows.append([what, "—", "—", f"{pair.get('status')}: {pair.get('reason', '')}", "—"])
             continue
         ratios = sorted(pair["ratios"])
-        quarter = len(ratios) // 4
-        spread = f"{ratios[quarter]:.2f}–{ratios[-1 - quarter]:.2f}"
-        rows.append([what, _pair_label(run, pair), _us(pair["us_per_msg"][first]),
-                     _us(pair["us_per_msg"][second]), f"**{pair['ratio_median']:.2f}**",
-                     f"{spread} ({pair['windows']} pairs)"])
-    return _table(["what", "A ÷ B", "A", "B", "ratio (median)",
-                   "middle half of the window ratios"], rows, "llrrrr")
+        q = len(ratios) // 4
+        rows.append([what, *(_us(pair["us_per_msg"][s]) for s in pair["paired"]),
+                     SEE if id(pair) in used else f"**{pair['ratio_median']:.2f}**",
+                     f"{ratios[q]:.2f}–{ratios[-1 - q]:.2f} ({pair['windows']} pairs)"])
+    return _table(["A ÷ B", "A", "B", "ratio (median)", "middle half of the pairs"], rows)
 
 
-def _reads_table(run: _Run) -> str:
-    lengths = [x for x in run.lengths if x >= 1_000] or run.lengths
-    rows = []
-    for name in run.measured():
-        cells_full, cells_last = [], []
-        for length in lengths:
-            result = run.ok(name, length)
-            cells_full.append(_ms(result["read_all_ms"]) if result else run.cell(name, length))
-            cells_last.append(_us(result["read_last50_us"]) if result
-                              else run.cell(name, length))
-        rows.append([run.contenders[name]["label"], *cells_full, *cells_last])
-    header = ["contender", *[f"full read @ {_length(x)}" for x in lengths],
-              *[f"last 50 @ {_length(x)}" for x in lengths]]
-    return _table(header, rows)
+def _reads_and_memory(run: Run) -> tuple[str, str]:
+    long = [x for x in run.lengths if x >= 1_000] or run.lengths
+    rows = [[run.label(n), *[run.cell(n, x, lambda r: _us(r["read_all_ms"] * 1000)) for x in long],
+             *[run.cell(n, x, lambda r: _us(r["read_last50_us"])) for x in long]]
+            for n in run.measured()]
+    reads = _table(["contender", *[f"full read @ {x:,}" for x in long],
+                    *[f"last 50 @ {x:,}" for x in long]], rows)
+
+    def disk(result: dict[str, Any]) -> str:
+        size = result.get("disk_bytes")
+        return "—" if size is None else f"{size / 1e6:.1f} MB ({size / result['length']:.0f} B/msg)"
+
+    def rss(result: dict[str, Any]) -> str:
+        return "—" if result.get("own_rss_mb") is None else f"{result['own_rss_mb']:.0f} MB"
+
+    rows = [[run.label(n), *[run.cell(n, x, f) for x in long for f in (rss, disk)]]
+            for n in run.measured()]
+    memory = _table(["contender", *[f"{what} @ {x:,}" for x in long
+                                    for what in ("own RSS", "disk")]], rows)
+    return reads, memory
 
 
-def _mb(value: float | None) -> str:
-    return "—" if value is None else f"{value:.0f} MB"
+def _notes(run: Run) -> str:
+    lines = []
+    for name, info in run.contenders.items():
+        text = f"- **{info['label']}** (`{name}`) — {info['durability']}. {info['notes']}"
+        if info.get("max_length") and info.get("max_length_reason"):
+            text += f" Measured up to {info['max_length']:,} messages: {info['max_length_reason']}."
+        lines.append(text.rstrip())
+    problems = [f"- {run.label(r['contender'])} at {r['length']:,}: {r.get('status')} — "
+                f"{r.get('reason', '')}" for r in run.data["results"] if r.get("status") != "ok"]
+    return "\n".join(lines) + "\n\n## Not measured\n\n" + ("\n".join(problems) or "- none")
 
 
-def _memory_table(run: _Run) -> str:
-    lengths = [x for x in run.lengths if x >= 10_000] or run.lengths[-1:]
-    rows = []
-    for name in run.measured():
-        cells = []
-        for length in lengths:
-            result = run.ok(name, length)
-            if not result:
-                cells += [run.cell(name, length)] * 4
-                continue
-            cells += [_mb(result.get("own_rss_append_mb")), _mb(result.get("own_rss_mb")),
-                      _mb(result.get("peak_rss_mb"))]
-            disk = result.get("disk_bytes")
-            text = (f"{_bytes(disk)} ({disk / length:.0f} B/msg)" if disk is not None
-                    else "in memory" if not run.contenders[name]["persistent"] else "—")
-            if result.get("disk_bytes_if_built_per_message"):
-                text += (f"; ≈ {_bytes(result['disk_bytes_if_built_per_message'])} if built "
-                         "one invoke per message⁴")
-            cells.append(text)
-        rows.append([run.contenders[name]["label"], *cells])
-    header = ["contender"]
-    for length in lengths:
-        header += [f"own RSS, appending @ {_length(length)}",
-                   f"own RSS, with a full read @ {_length(length)}",
-                   f"process peak @ {_length(length)}", f"disk @ {_length(length)}"]
-    return _table(header, rows)
-
-
-def _sendability_table(run: _Run) -> str:
-    rows = []
-    for name in run.measured():
-        cells = []
-        for length in run.lengths:
-            result = run.ok(name, length)
-            if not result:
-                cells.append(run.cell(name, length))
-                continue
-            s = result["sendability"]
-            mark = "✅" if s["sendable"] else "❌"
-            cells.append(f"{mark} {s['duplicates']} / {s['dangling']} / {s['orphans']}"
-                         + (f" (healed {s['healed']})" if s["healed"] else ""))
-        rows.append([run.contenders[name]["label"], *cells])
-    return _table(["contender", *[_length(x) for x in run.lengths]], rows)
-
-
-def _workload_line(run: _Run) -> str:
-    for length in (10_000, *run.lengths[::-1]):
+def _workload(run: Run) -> str:
+    for length in sorted(run.lengths, key=lambda x: (x != AT, -x)):
         for name in run.measured():
-            result = run.ok(name, length)
-            if result and "workload" in result:
+            if (result := run.ok(name, length)) and "workload" in result:
                 w = result["workload"]
-                return (f"At {_length(length)} messages (as sent, with the turn in flight "
-                        f"completed: {w['messages']:,} messages, {w['user_turns']:,} user turns, "
-                        f"{w['calls']:,} tool calls) the workload holds **{w['refired']} "
-                        f"re-fired results**, **{w['unanswered_calls']} interrupted calls** "
-                        f"and **{w['late_results']} late results**: a store that keeps every "
-                        "message as it came shows about those numbers as duplicates, dangling "
-                        "calls and orphans.")
+                return (f"At {length:,} messages (with the turn in flight completed: "
+                        f"{w['messages']:,} messages, {w['calls']:,} tool calls) the workload "
+                        f"holds {w['refired']} re-fired results, {w['unanswered_calls']} "
+                        f"interrupted calls and {w['late_results']} late results.")
     return ""
 
 
-def _goals(run: _Run) -> str:
-    rows = []
-    flowmem = [n for n in run.measured() if run.contenders[n]["kind"] == "flowmem"]
-    pairs = [p for p in run.data.get("paired", []) if p.get("status") == "ok"]
-    first = run.lengths[0]
-    for name in flowmem:
-        flat = [p for p in pairs if p.get("kind") == "flat"
-                and p["paired"][0].partition("@")[0] == name]
-        a, b = run.us(name, first), run.us(name, 10_000)
-        isolated = f"; isolated runs: {b / a:.2f}" if a and b else ""
-        if flat:
-            value = flat[0]["ratio_median"]
-            (_, long), (_, short) = (_spec(run, x) for x in flat[0]["paired"])
-            rows.append([f"flat curve: {run.contenders[name]['label']}, at {_length(long)} "
-                         f"÷ at {_length(short)} ≤ {FLAT_GOAL}",
-                         f"{value:.2f} (interleaved){isolated}",
-                         "✅" if value <= FLAT_GOAL else "❌"])
-        elif a and b:
-            rows.append([f"flat curve: {run.contenders[name]['label']} at 10,000 ÷ "
-                         f"{first:,} ≤ {FLAT_GOAL}", f"{b / a:.2f} (isolated runs)",
-                         "✅" if b / a <= FLAT_GOAL else "❌"])
-    for pair in pairs:
-        if pair.get("kind") == "floor":
-            label, length = _spec(run, pair["paired"][0])
-            rows.append([f"{label} ≤ {FLOOR_GOAL}× the raw floor at the same durability, "
-                         f"{_length(length)}", f"{pair['ratio_median']:.2f} (interleaved)",
-                         "✅" if pair["ratio_median"] <= FLOOR_GOAL else "❌"])
-    if "flowmem-memory" in run.contenders:
-        values = [(x, run.us("flowmem-memory", x)) for x in run.lengths]
-        measured = [(x, v) for x, v in values if v is not None]
-        if measured:
-            worst = max(v for _, v in measured)
-            rows.append([f"memory:// ≤ {MEMORY_GOAL_US:.0f} µs per message at every length",
-                         ", ".join(f"{_length(x)}: {_us(v)}" for x, v in measured),
-                         "✅" if worst <= MEMORY_GOAL_US else "❌"])
-    bad = []
-    checked = 0
-    for name in flowmem:
-        for length in run.lengths:
-            result = run.ok(name, length)
-            if result:
-                checked += 1
-                s = result["sendability"]
-                if not s["sendable"] or s["duplicates"] or s["dangling"]:
-                    bad.append(f"{name} @ {length}")
-    rows.append(["every flowmem history sendable, 0 duplicates, 0 dangling calls",
-                 f"{checked - len(bad)} of {checked} histories" + (
-                     f" (not: {', '.join(bad)})" if bad else ""), "✅" if not bad else "❌"])
-    goals = _table(["goal (issues #6, #14)", "measured", "met"], rows, "lrc")
-    normal = [p for p in pairs if p.get("kind") == "floor"
-              and p["paired"][0].startswith("flowmem-sqlite-normal@")]
-    if normal:
-        pair = max(normal, key=lambda p: _spec(run, p["paired"][0])[1])
-        a, b = (pair["us_per_msg"][x] for x in pair["paired"])
-        goals += (f"\n\nWhere the SQLite ratios come from: at `synchronous=NORMAL` (no fsync "
-                  f"per commit) flowmem's append costs {_us(a - b)} more than the raw floor's "
-                  f"one INSERT (interleaved, {_length(_spec(run, pair['paired'][0])[1])} "
-                  "messages): the rule work and the extra statements of an append, all CPU. "
-                  "At FULL both add the same fsync, so the FULL ratio is "
-                  "(fsync + that overhead) ÷ (fsync + the floor's own CPU): near 1 on a slow "
-                  "disk, several times on a disk that acknowledges an fsync in 100 µs.")
-
-    quoted = []
-    for name, value in QUOTED_AT_10K.items():
-        if name not in run.contenders:
-            continue
-        mine = run.us(name, 10_000)
-        quoted.append([run.contenders[name]["label"], _us(value), _us(mine) if mine else
-                       run.cell(name, 10_000)])
-    return goals + "\n\nThe peers at 10,000 messages, as the issue quotes them and as measured " \
-        "here:\n\n" + _table(["contender", "issue #6 quotes", "measured here"], quoted)
-
-
-def _notes(run: _Run) -> str:
-    parts = []
-    for name in run.names():
-        info = run.contenders[name]
-        text = f"- **{info['label']}** (`{name}`) — {info['durability']}."
-        if info["notes"]:
-            text += " " + info["notes"]
-        if info.get("max_length") and info.get("max_length_reason"):
-            text += (f" Measured up to {_length(info['max_length'])} messages: "
-                     f"{info['max_length_reason']}.")
-        parts.append(text)
-    return "\n".join(parts)
-
-
-def _problems(run: _Run) -> str:
-    lines = []
-    for result in run.data["results"]:
-        if result.get("status") != "ok":
-            label = run.contenders.get(result["contender"], {}).get("label", result["contender"])
-            lines.append(f"- {label} at {_length(result['length'])}: "
-                         f"{result.get('status')} — {result.get('reason', '')}")
-    return "\n".join(lines) if lines else "- none"
-
-
-def _machine(run: _Run) -> str:
-    m = run.data["machine"]
-    packages = ", ".join(f"{k} {v}" for k, v in m["packages"].items())
-    servers = "; ".join(f"{k} {v}" for k, v in m.get("servers", {}).items())
-    return _table(["", ""], [
-        ["date", m["date"]],
-        ["flowmem commit", f"`{m['commit']}`"],
-        ["cores", f"{m['cores']} ({m['cpu']})"],
-        ["RAM", f"{m['ram_gib']} GiB"],
-        ["Python", m["python"]],
-        ["SQLite (Python's sqlite3)", m["sqlite"] + (
-            f"; its default synchronous: {m['sqlite_defaults']}" if m.get("sqlite_defaults")
-            else "")],
-        ["platform", m["platform"]],
-        ["servers", servers],
-        ["packages", packages],
-        ["whole run", f"{run.data['elapsed_s'] / 60:.1f} min"
-         + (" (--quick)" if run.data.get("quick") else "")],
-    ], "ll")
-
-
-def _plot(run: _Run, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(10, 6.2), dpi=110)
-    styles = {"flowmem": {"linewidth": 2.6, "linestyle": "-", "marker": "o"},
-              "peer": {"linewidth": 1.6, "linestyle": "--", "marker": "s"},
-              "floor": {"linewidth": 1.2, "linestyle": ":", "marker": "^"}}
-    palette = plt.get_cmap("tab20").colors
-    for index, name in enumerate(run.measured()):
-        info = run.contenders[name]
-        points = [(x, run.us(name, x)) for x in run.lengths if run.us(name, x)]
-        if not points:
-            continue
-        xs, ys = zip(*points, strict=True)
-        ax.plot(xs, ys, label=info["label"], color=palette[(index * 2) % 20 + index // 10],
-                **styles.get(info["kind"], styles["peer"]))
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xticks(run.lengths, [_length(x) for x in run.lengths])
-    ax.set_xlabel("conversation length (messages)")
-    ax.set_ylabel("µs per appended message (median of windows)")
-    ax.set_title("Append cost against conversation length (one run, same workload)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
 def render(data: dict[str, Any], out: Path) -> None:
-    """Write ``benchmarks.md`` and the plot into ``out``."""
-    run = _Run(data)
-    _plot(run, out / PLOT)
-    absolute, ratios = _append_tables(run)
-    quick = " (a `--quick` smoke run: fewer lengths and windows)" if data.get("quick") else ""
+    """Write ``benchmarks.md`` into ``out``."""
+    run = Run(data)
+    m = data["machine"]
+    reads, memory = _reads_and_memory(run)
+    machine = _table(["", ""], [
+        ["date", m["date"]], ["cores", f"{m['cores']} ({m['cpu']}), {m['ram_gib']} GiB"],
+        ["Python, SQLite", f"{m['python']}, {m['sqlite']} (default synchronous: "
+         f"{m['sqlite_defaults']})"], ["platform", m["platform"]],
+        ["servers", "; ".join(f"{k} {v}" for k, v in m.get("servers", {}).items())],
+        ["packages", ", ".join(f"{k} {v}" for k, v in m["packages"].items())],
+        ["whole run", f"{data['elapsed_s'] / 60:.1f} min"
+         + (" (`--quick`: fewer lengths and windows)" if data.get("quick") else "")]], "ll")
+    sendability = _table(["contender", *[f"{x:,}" for x in run.lengths]],
+                         [[run.label(n), *[run.cell(n, x, _sendable, True) for x in run.lengths]]
+                          for n in run.measured()])
     text = f"""# Benchmarks: flowmem next to what users would otherwise pick
 
-Generated by `python -m bench.compare` on {data['machine']['date']}{quick}; do not edit by
-hand — rerun it (`pip install -e '.[bench]'` first; `--quick` for a smoke run,
-`--render-only` to rewrite this page from `benchmarks.json`). The method is in
-`bench/run_one.py`, the workload in `bench/workload.py`, each contender's
-adapter in `bench/contenders/`.
+Generated by `python -m bench.compare` from `benchmarks.json`; do not edit by hand.
+`python -m bench.compare --render-only` rewrites this page and the README's
+table from that file. The table at 10,000 messages is in the
+[README](../README.md#benchmark); a cell here that would repeat one of its
+figures says "{SEE}". The method is in `bench/run_one.py`, the workload in
+`bench/workload.py`, each contender's adapter in `bench/contenders/`.
 
-**Noise caveat.** The machine has 2 cores and is shared: other test suites and
-benchmarks ran on it during this run, and fsync latency on its virtual disk
-swings by 10× from one minute to the next. Compare **ratios from the same run**
-(and, for flowmem against the raw floor, the interleaved ratios below), not
-absolute times; absolute figures will differ on your machine.
+The machine has 2 shared cores and a virtual disk whose fsync latency swings
+by 10× from one minute to the next: compare ratios from one run (best the
+interleaved ones), not absolute times.
 
-## Machine
-
-{_machine(run)}
+{machine}
 
 ## Append cost
 
-µs per appended message: one message per append call, each append one write
-(one transaction, one invoke), measured AT the given length — the store is
-prefilled to it untimed, then timed in windows of appends; the figure is the
-median over the windows (`bench/run_one.py` says exactly how).
+µs per appended message, one message per append call (one transaction, one
+invoke), measured at the given length: the store is prefilled to it untimed,
+then timed in windows of appends; the figure is the median over the windows.
 
-![append cost against conversation length]({PLOT})
+{_append_tables(run)}
 
-{absolute}
-
-Ratios, same run: each peer divided by the flowmem store it is compared
-with — flowmem `sqlite://` at its default FULL for every SQLite peer (they
-all run at `synchronous=FULL`), `memory://` for the in-process ones — and
-each flowmem store divided by its floor at the same durability. Above 1
-means slower than what it is divided by.
-
-{ratios}
-
-¹ not measured at this length (reason in the notes below) · ² not available
-on this machine (reason below) · ³ failed (reason below).
+¹ not measured at this length (reason below) · ² not available on this
+machine · ³ failed (reason below).
 
 ### Interleaved ratios
 
-On this shared machine the isolated runs above swing with the disk and CPU
-weather (a FULL-durability store can be 10× slower in one minute than in the
-next). The ratios the goals are about are therefore measured again, two
-trials in one process with their windows alternating (A B, B A, ...: up to
-25 pairs), so both sides see the same weather: flowmem's SQLite store
-against the raw sqlite3 floor at the same durability, each flowmem store at
-10,000 messages against itself at 100, and the SQLite peers against flowmem.
-The ratio is the median of the per-pair ratios.
+Two trials in one process with their windows alternating (A B, B A, …), so
+both see the same disk and CPU weather: flowmem's SQLite store against the
+raw floor at the same durability, each flowmem store at its longest length
+against itself at the shortest, the SQLite peers against flowmem. The ratio
+is the median of the per-pair ratios.
 
 {_paired_table(run)}
 
 ## Reads
 
-Full read = the whole conversation; last 50 = the newest 50 messages
-through the contender's cheapest API for it (where there is none, a full read
-and a slice). Medians of a few runs, taken after the timed appends.
+Full read = the whole conversation; last 50 = the newest 50 messages through
+the contender's cheapest API for it (none: a full read and a slice).
 
-{_reads_table(run)}
+{reads}
 
 ## Memory and disk
 
-Own RSS = the peak resident memory of the contender's process, counted from
-the moment the workload had been generated and converted (the kernel's peak
-is reset there), minus the resident memory at that moment: what the
-contender itself added — while prefilling and appending, and then including
-a full read of the conversation (every message decoded into Python objects).
-Process peak = the whole process, the workload included. Disk = the store's
-directory after the conversation was prefilled to the length and the store
-closed (one conversation).
+Own RSS = the process's peak resident memory, less what it held once the
+workload was generated (so what the contender added, a full read included).
+Disk = the store's directory holding one conversation of that length.
 
-{_memory_table(run)}
-
-⁴ LangGraph's prefill writes the state once (one invoke with the whole
-prefix); built one invoke per message, as a real conversation is, every invoke
-adds checkpoints holding the whole list, so the database grows with the
-square of the length. The estimate is (bytes one invoke wrote at this
-length) × length ÷ 2.
+{memory}
 
 ## Is the stored history sendable?
 
-At the moment a runtime sends a history — the turn in flight completed and
-the next user message appended — each contender's history is read back,
-converted to OpenAI Chat dicts and walked once (`bench/sendability.py`):
-duplicates (a result whose call was already answered) / dangling calls (a
-declared call with no result right after its turn) / orphans (a result outside
-its call's block). ✅ = sendable: flowmem's own `sendability_problems` finds
-nothing (content `null` on tool-calling turns is read as `""` for everyone,
-as provider SDKs send it). flowmem's placeholders for interrupted calls
-(MEM-3) are counted as "healed".
+At the moment a runtime sends a history (the turn in flight completed, the
+next user message appended) each history is read back as OpenAI Chat dicts
+and counted by `bench/sendability.py`: duplicates (a result whose call was
+already answered) / dangling calls / orphan results. ✅ = flowmem's own
+`sendability_problems` finds nothing. {_workload(run)}
 
-{_workload_line(run)}
+{sendability}
 
-{_sendability_table(run)}
+## The contenders
 
-## Goals
-
-{_goals(run)}
-
-## The contenders and their durability defaults
-
-How each peer's default was found: by reading its code (installed versions
-above). LangGraph's `SqliteSaver.setup` runs `PRAGMA journal_mode=WAL` and
-sets no `synchronous`; the Agents SDK's `SQLiteSession._configure_connection`
-sets `journal_mode=WAL` only; LangChain's `SQLChatMessageHistory` goes
-through SQLAlchemy's `create_engine("sqlite:///...")`, which sets neither
-(rollback journal). SQLite's own default `synchronous` is FULL (2), in WAL
-mode too, for the SQLite build above. flowmem opens WAL with
-`synchronous=FULL` unless the URL says `?synchronous=normal`.
+Each peer runs at its own default durability, found by reading its code:
+LangGraph's `SqliteSaver.setup` and the Agents SDK's `SQLiteSession` set
+`journal_mode=WAL` only; LangChain's `SQLChatMessageHistory` (through
+SQLAlchemy) sets neither; SQLite's default `synchronous` is FULL. flowmem
+opens WAL with `synchronous=FULL` unless the URL says `?synchronous=normal`.
 
 {_notes(run)}
-
-## Not measured
-
-{_problems(run)}
 """
     (out / "benchmarks.md").write_text(text, encoding="utf-8")

@@ -1,8 +1,7 @@
 """Is a stored history provider-sendable? Count what a provider would reject.
 
-Every contender's read-back history is first converted to OpenAI Chat dicts
-(``{"role", "content", "tool_calls"?, "tool_call_id"?}``) by its adapter;
-this module then walks it once and counts:
+Each contender's adapter converts its read-back history to OpenAI Chat dicts;
+this module walks it once and counts:
 
 ``duplicates``
     ``tool`` messages whose ``tool_call_id`` was already answered earlier in
@@ -21,91 +20,50 @@ this module then walks it once and counts:
 
 ``problems`` is, as a cross-check, the number of breaches flowmem's own
 :func:`flowmem.normalize.sendability_problems` reports on the same list
-(``content: null`` read as ``""``, as provider SDKs send it).
-A history is **sendable** when ``problems`` is 0.
+(``content: null`` read as ``""``, as provider SDKs send it); a history is
+**sendable** when it is 0.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from flowmem.messages import HEALED_CONTENT
 from flowmem.normalize import sendability_problems
 
-__all__ = ["Sendability", "canonical_to_openai", "count"]
 
-
-@dataclass(frozen=True)
-class Sendability:
-    """Counts over one history; see the module notes."""
-
-    messages: int
-    duplicates: int
-    dangling: int
-    orphans: int
-    healed: int
-    problems: int
-
-    @property
-    def sendable(self) -> bool:
-        return self.problems == 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "sendable": self.sendable}
-
-
-def _call_ids(message: Mapping[str, Any]) -> list[str]:
-    ids = []
-    for call in message.get("tool_calls") or ():
-        if isinstance(call, Mapping) and call.get("id"):
-            ids.append(str(call["id"]))
-    return ids
-
-
-def count(history: Iterable[Mapping[str, Any]]) -> Sendability:
+def count(history: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """Count duplicates, dangling calls, orphan results and healed placeholders."""
     messages = list(history)
     answered: set[str] = set()
-    block: dict[str, bool] | None = None
-    duplicates = dangling = orphans = healed = 0
-
-    def close() -> int:
-        return sum(1 for done in block.values() if not done) if block is not None else 0
-
+    block: dict[str, bool] = {}  # the calls of the turn whose results follow: answered?
+    n = dict.fromkeys(("duplicates", "dangling", "orphans", "healed"), 0)
     for message in messages:
-        if message.get("role") == "tool":
-            call = str(message.get("tool_call_id") or "")
-            if message.get("content") == HEALED_CONTENT:
-                healed += 1
-            if call in answered:
-                duplicates += 1
-                continue
-            answered.add(call)
-            if block is not None and block.get(call) is False:
-                block[call] = True
-            else:
-                orphans += 1
+        if message.get("role") != "tool":
+            n["dangling"] += sum(not done for done in block.values())
+            block = {str(call["id"]): False for call in message.get("tool_calls") or ()
+                     if isinstance(call, Mapping) and call.get("id")}
             continue
-        dangling += close()
-        block = None
-        if message.get("role") == "assistant":
-            block = dict.fromkeys(_call_ids(message), False)
-    dangling += close()
+        call = str(message.get("tool_call_id") or "")
+        n["healed"] += message.get("content") == HEALED_CONTENT
+        if call in answered:
+            n["duplicates"] += 1
+        elif block.get(call) is False:
+            block[call] = True
+        else:
+            n["orphans"] += 1
+        answered.add(call)
+    n["dangling"] += sum(not done for done in block.values())
     # content null on a tool-calling turn is what provider SDKs send: read it as ""
     as_sent = [{**m, "content": ""} if m.get("content") is None else m for m in messages]
-    return Sendability(len(messages), duplicates, dangling, orphans, healed,
-                       len(sendability_problems(as_sent)))
+    problems = len(sendability_problems(as_sent))
+    return {"messages": len(messages), **n, "problems": problems, "sendable": problems == 0}
 
 
 def canonical_to_openai(messages: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """flowmem's canonical shape (pairing fields in ``metadata``) to flat OpenAI dicts.
-
-    A plain field move, no repair: ``content: None`` reads as ``""`` (as every
-    provider SDK sends it), ``tool_calls`` and ``tool_call_id`` come out of
-    ``metadata``.
-    """
+    """flowmem's canonical shape (pairing fields in ``metadata``) to flat OpenAI dicts:
+    a plain field move, no repair (``content: None`` reads as ``""``, as SDKs send it)."""
     out: list[dict[str, Any]] = []
     for message in messages:
         metadata = message.get("metadata") or {}

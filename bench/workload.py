@@ -11,19 +11,13 @@ longer ones, and every contender sees exactly the same messages). Each turn:
 4. sometimes (30 %) a second tool round of 1-2 calls and their results;
 5. a final ``assistant`` answer.
 
-Faults, as agents really produce them:
-
-* about 5 % of tool results are **re-fired** (the same ``tool_call_id`` sent
-  again): half at once, right after the first copy, half after the final
-  answer (a retried tool whose first reply was not acknowledged);
-* about 4 % of turns are **interrupted**: the last tool round loses at least
-  one result and the turn has no final answer before the next ``user``
-  message; a third of those lost results arrive **late**, right after that
-  next user message (a slow tool finishing after the user moved on).
-
-A provider rejects a history holding a re-fired result (answered twice), an
-interrupted call (declared, never answered in its block) or a late result (a
-result outside the block of the turn that declared it).
+Faults, as agents really produce them, each of which a provider rejects:
+about 5 % of tool results are **re-fired** (the same ``tool_call_id`` again:
+half at once, half after the final answer, as a retried tool whose first reply
+was not acknowledged); about 4 % of turns are **interrupted** (the last tool
+round loses at least one result and the turn has no final answer before the
+next ``user`` message); a third of those lost results arrive **late**, right
+after that next user message (a slow tool finishing after the user moved on).
 """
 
 from __future__ import annotations
@@ -32,20 +26,8 @@ import json
 import random
 import string
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 from typing import Any
-
-__all__ = [
-    "DEFAULT_SEED",
-    "INTERRUPT_RATE",
-    "REFIRE_RATE",
-    "WorkloadStats",
-    "conversation",
-    "rest_of_turn",
-    "stats",
-    "stream",
-]
 
 DEFAULT_SEED = 20240611
 REFIRE_RATE = 0.05
@@ -56,13 +38,9 @@ LATE_RATE = 1 / 3
 Message = dict[str, Any]
 
 _TOOLS: dict[str, tuple[str, ...]] = {
-    "search_web": ("query", "max_results"),
-    "get_weather": ("city", "unit"),
-    "read_file": ("path",),
-    "run_sql": ("query",),
-    "http_get": ("url",),
-    "list_calendar": ("day", "calendar"),
-    "send_email": ("to", "subject", "body"),
+    "search_web": ("query", "max_results"), "get_weather": ("city", "unit"),
+    "read_file": ("path",), "run_sql": ("query",), "http_get": ("url",),
+    "list_calendar": ("day", "calendar"), "send_email": ("to", "subject", "body"),
 }
 _TOPICS = (
     "the quarterly revenue report", "our staging deploy", "the flaky CI job",
@@ -93,14 +71,11 @@ def _text(rng: random.Random, low: int, high: int) -> str:
     return " ".join(parts).capitalize() + "."
 
 
-def _call_id(rng: random.Random) -> str:
-    return "call_" + "".join(rng.choices(string.ascii_letters + string.digits, k=24))
-
-
 def _call(rng: random.Random) -> dict[str, Any]:
     name = rng.choice(sorted(_TOOLS))
     args = {arg: _text(rng, 8, 40) for arg in _TOOLS[name]}
-    return {"id": _call_id(rng), "type": "function",
+    call_id = "call_" + "".join(rng.choices(string.ascii_letters + string.digits, k=24))
+    return {"id": call_id, "type": "function",
             "function": {"name": name, "arguments": json.dumps(args)}}
 
 
@@ -147,16 +122,9 @@ def _turns(rng: random.Random) -> Iterator[list[Message]]:
         yield turn
 
 
-def stream(seed: int = DEFAULT_SEED) -> Iterator[Message]:
-    """The endless message stream of the workload (fresh dicts every call)."""
-    rng = random.Random(seed)
-    for turn in _turns(rng):
-        yield from turn
-
-
 def conversation(length: int, seed: int = DEFAULT_SEED) -> list[Message]:
-    """The first ``length`` messages of the stream."""
-    return list(islice(stream(seed), length))
+    """The first ``length`` messages of the endless stream (fresh dicts every call)."""
+    return list(islice(chain.from_iterable(_turns(random.Random(seed))), length))
 
 
 def rest_of_turn(messages: list[Message], start: int) -> int:
@@ -167,48 +135,32 @@ def rest_of_turn(messages: list[Message], start: int) -> int:
     return len(messages)
 
 
-@dataclass
-class WorkloadStats:
-    """What a prefix of the stream holds (what a store that keeps everything would show)."""
-
-    messages: int = 0
-    user_turns: int = 0
-    calls: int = 0
-    results: int = 0
-    refired: int = 0
-    unanswered_calls: int = 0
-    late_results: int = 0
-    by_role: dict[str, int] = field(default_factory=dict)
-
-
-def stats(messages: list[Message]) -> WorkloadStats:
-    """Count turns, calls, re-fires, interrupted calls and late results in ``messages``."""
-    out = WorkloadStats(messages=len(messages))
+def stats(messages: list[Message]) -> dict[str, int]:
+    """What a prefix of the stream holds (what a store that keeps everything would show):
+    calls, first results, re-fired results, interrupted calls and late results."""
+    out = dict.fromkeys(("calls", "results", "refired", "unanswered_calls", "late_results"), 0)
     answered: set[str] = set()
     declared_at: dict[str, int] = {}
     last_user = -1
     for index, message in enumerate(messages):
         role = message["role"]
-        out.by_role[role] = out.by_role.get(role, 0) + 1
         if role == "user":
-            out.user_turns += 1
             last_user = index
         elif role == "assistant":
             for call in message.get("tool_calls") or ():
                 declared_at[call["id"]] = index
-                out.calls += 1
+                out["calls"] += 1
         elif role == "tool":
             call = message["tool_call_id"]
             if call in answered:
-                out.refired += 1
+                out["refired"] += 1
             else:
                 answered.add(call)
-                out.results += 1
-                if declared_at.get(call, -1) < last_user:
-                    out.late_results += 1
-    out.unanswered_calls = sum(1 for call, at in declared_at.items()
-                               if call not in answered or _late(messages, call, at))
-    return out
+                out["results"] += 1
+                out["late_results"] += declared_at.get(call, -1) < last_user
+    out["unanswered_calls"] = sum(1 for call, at in declared_at.items()
+                                  if call not in answered or _late(messages, call, at))
+    return {"messages": len(messages), **out}
 
 
 def _late(messages: list[Message], call: str, declared: int) -> bool:

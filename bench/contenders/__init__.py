@@ -2,39 +2,16 @@
 
 from __future__ import annotations
 
-from .agents_sdk import AgentsSQLiteSession
+from . import baselines as b
+from . import flowmem_stores as f
+from . import peers as p
 from .base import Contender
-from .floors import PythonList, RawSQLiteDeleteFull, RawSQLiteWALFull, RawSQLiteWALNormal
-from .flowmem_stores import (
-    FlowmemHTTP,
-    FlowmemMemory,
-    FlowmemPostgres,
-    FlowmemRedis,
-    FlowmemSQLiteFull,
-    FlowmemSQLiteNormal,
-)
-from .json_blob import JSONBlob
-from .langchain_sql import LangChainSQL
-from .langgraph_peers import LangGraphAddMessages, LangGraphSqliteSaver
-
-__all__ = ["CONTENDERS", "Contender", "by_name"]
 
 CONTENDERS: tuple[type[Contender], ...] = (
-    FlowmemMemory,
-    FlowmemSQLiteFull,
-    FlowmemSQLiteNormal,
-    FlowmemPostgres,
-    FlowmemRedis,
-    FlowmemHTTP,
-    LangGraphAddMessages,
-    LangGraphSqliteSaver,
-    LangChainSQL,
-    AgentsSQLiteSession,
-    JSONBlob,
-    PythonList,
-    RawSQLiteWALNormal,
-    RawSQLiteWALFull,
-    RawSQLiteDeleteFull,
+    f.FlowmemMemory, f.FlowmemSQLiteFull, f.FlowmemSQLiteNormal, f.FlowmemPostgres,
+    f.FlowmemRedis, p.LangGraphAddMessages, p.LangGraphSqliteSaver, p.LangChainSQL,
+    p.AgentsSQLiteSession, b.JSONBlob, b.PythonList, b.RawSQLiteWALNormal, b.RawSQLiteWALFull,
+    b.RawSQLiteDeleteFull,
 )
 
 

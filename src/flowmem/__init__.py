@@ -20,7 +20,9 @@ from .access import (
 )
 from .async_memory import AsyncMemory
 from .buffer import AppendResult, ConversationBuffer, append
+from .erasure import ErasureReceipt
 from .errors import (
+    ErasureInProgress,
     FlowmemError,
     IdempotencyConflict,
     InvalidInput,
@@ -31,6 +33,7 @@ from .errors import (
     MessagesNotLoaded,
     MessageTypeError,
     MissingDependency,
+    OutcomeUnknown,
     SchemaError,
     ScopeRefused,
     StoreBusy,
@@ -53,9 +56,17 @@ from .messages import HEALED_CONTENT, ROLES, Message, canonical_message, healed_
 from .nodes import assemble, text_to_message
 from .normalize import NormalizeResult, is_sendable, normalize, sendability_problems
 from .scopes import SCOPES, ExecutionContext, StorageKey, resolve_scope
-from .store import AppendOutcome, AppendStats, AsyncStore, HistoryPage, Idempotency, Store
+from .store import (
+    AppendOutcome,
+    AppendStats,
+    AsyncStore,
+    DeleteOutcome,
+    HistoryPage,
+    Idempotency,
+    Store,
+)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "HEALED_CONTENT",
@@ -70,7 +81,10 @@ __all__ = [
     "AsyncStore",
     "ConversationBuffer",
     "Decision",
+    "DeleteOutcome",
     "DeleteResult",
+    "ErasureInProgress",
+    "ErasureReceipt",
     "ExecutionContext",
     "FlowmemError",
     "HistoryPage",
@@ -88,6 +102,7 @@ __all__ = [
     "MessagesNotLoaded",
     "MissingDependency",
     "NormalizeResult",
+    "OutcomeUnknown",
     "Principal",
     "ReadResult",
     "SchemaError",

@@ -19,19 +19,15 @@ from __future__ import annotations
 
 import weakref
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Final
 
 from ._frozen import quick_new
+from .call_ids import CallIds, PerTurn, caller_id, check_call_ids, refuse_aliases
 from .entries import derive_indexes, edit_entries
 from .errors import InvalidInput
 from .ids import declared_call_ids, is_healed, result_id
-from .messages import (
-    Message,
-    canonical_messages,
-    healed_placeholder,
-    json_copy,
-)
+from .messages import Message, canonical_messages, healed_placeholder, json_copy
 from .plan import (
     SLOT,
     AddEntry,
@@ -135,17 +131,23 @@ class ConversationBuffer:
     ``append`` costs O(size of the append + unanswered calls), whatever the
     buffer's length: results, declarations and unanswered calls are indexed
     by id (a healing insert into the middle moves list pointers, nothing
-    more). It behaves exactly like :func:`flowmem.append`.
+    more). It behaves exactly like :func:`flowmem.append`. With
+    ``call_ids="per_turn"`` it plans under that call-id policy and holds the
+    messages as a store does (re-declared ids under their aliases,
+    :mod:`flowmem.call_ids`).
     """
 
     def __init__(self, messages: Sequence[Message] = (), *,
-                 max_messages: int | None = None) -> None:
+                 max_messages: int | None = None, call_ids: CallIds = "strict") -> None:
         self.max_messages = check_max_messages(max_messages)
+        self._per_turn = check_call_ids(call_ids) == "per_turn"
         self._entries: list[_Entry] = []
         self._results: dict[str, list[_Entry]] = {}  # id -> its results, oldest first
         self._healed: dict[str, bool] = {}  # id -> whether its first result is a placeholder
         self._calls: dict[str, list[tuple[int, int]]] = {}
         self._pending: dict[str, PendingCall] = {}
+        # per_turn (flowmem.call_ids): an id declared again -> its newest declaration's id
+        self._newest: dict[str, str] = {}
         self._view = BufferView()
         self._next = 0
         self._last: weakref.ref[AppendResult] | None = None
@@ -165,8 +167,19 @@ class ConversationBuffer:
         self._healed = {call: is_healed(held[0].message) for call, held in self._results.items()}
         self._calls = indexes.calls
         self._pending = {p.call_id: p for p in indexes.pending}
+        newest: dict[str, tuple[int, str]] = {}
+        aliased: set[str] = set()
+        for call, turns in self._calls.items():
+            caller = caller_id(call)
+            if caller != call:
+                aliased.add(caller)
+            held = newest.get(caller)  # by first declaration: a copy moves nothing
+            if held is None or held[0] < turns[0][0]:
+                newest[caller] = (turns[0][0], call)
+        self._newest = {caller: newest[caller][1] for caller in aliased}
         # the planner reads the live indexes (it never changes a view): no copy per append
-        self._view = BufferView(self._healed, self._calls, self._pending.values())
+        self._view = BufferView(self._healed, self._calls, self._pending.values(),
+                                self._newest, _Firsts(self))
 
     def edit(self, position: int, message: Message | None) -> bool:
         """Replace (or with ``None`` delete) the entry at ``position`` (MEM-15 admin path).
@@ -224,6 +237,9 @@ class ConversationBuffer:
     def append(self, incoming: Message | Sequence[Message]) -> AppendResult:
         """Append one message or a list (all or nothing) and report the delta."""
         canonical = canonical_messages(incoming)
+        if self._per_turn:  # the call-id policy (flowmem.call_ids): stored ids, aliases kept
+            refuse_aliases(canonical)
+            canonical = PerTurn(canonical)
         plan = plan_append(self.view(canonical), canonical)
         self.apply(plan, max_messages=self.max_messages)
         result = AppendResult(count=len(self._entries), appended=plan.appended,
@@ -281,7 +297,13 @@ class ConversationBuffer:
             self._pending.pop(op.answers, None)
         if op.declares:
             for order, call in enumerate(op.declares):
-                self._calls.setdefault(call, []).append((pos, order))
+                turns = self._calls.get(call)
+                if turns is not None:
+                    turns.append((pos, order))  # a copy: the id's newest stays
+                    continue
+                self._calls[call] = [(pos, order)]
+                if _SEP in call or call in self._newest:  # per_turn: the id's newest
+                    self._newest[caller_id(call)] = call
             for call, order in op.opens:
                 if call not in self._pending:
                     self._pending[call] = _new_pending(call, pos, order)
@@ -325,6 +347,8 @@ class ConversationBuffer:
                 else:
                     self._calls.pop(call, None)
                     self._evict_result(call)
+                    if self._newest.get(caller_id(call)) == call:
+                        del self._newest[caller_id(call)]
         for call in affected:
             self._recompute_pending(call)
 
@@ -355,6 +379,30 @@ class ConversationBuffer:
 
 
 _new_pending = quick_new(PendingCall)
+_SEP: Final = "\x1f"  # the separator of a per_turn alias (flowmem.call_ids)
+
+
+class _Firsts(Mapping[str, Message]):
+    """The turn of each id's first declaration, read from the live buffer (the view's
+    ``firsts``, :class:`~flowmem.plan.BufferView`)."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self, buffer: ConversationBuffer) -> None:
+        self._buffer = buffer
+
+    def __getitem__(self, call: str) -> Message:
+        buffer = self._buffer
+        turns = buffer._calls.get(call)
+        if not turns:
+            raise KeyError(call)
+        return buffer._entries[buffer._find(turns[0][0])].message
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._buffer._calls)
+
+    def __len__(self) -> int:
+        return len(self._buffer._calls)
 
 
 def _resolve(turn: TurnRef, added: dict[int, int]) -> int:

@@ -60,8 +60,17 @@ def edit_entries(entries: Sequence[tuple[int, Message]], position: int,
     — healing places placeholders right after a block of tool messages, and a
     role change would move those blocks under it — or answers an id another
     entry already answers (no edit stores a result twice, MEM-1).
+
+    A ``system`` replacement carrying ``metadata.compacted`` is a compaction
+    summary: it replaces the whole range it describes, atomically, or raises
+    :class:`~flowmem.context.CompactionConflict` (:func:`flowmem.context.compact_entries`).
     """
     replacement = None if message is None else canonical_message(message, where="message")
+    if replacement is not None and "compacted" in replacement["metadata"] \
+            and replacement["role"] == "system":
+        from .context._compact import compact_entries  # a compaction summary: one range
+
+        return compact_entries(entries, position, replacement)
     index = next((i for i, (pos, _) in enumerate(entries) if pos == position), None)
     if index is None:
         return None

@@ -20,7 +20,8 @@ they are mapped to :class:`StoreError` subclasses at the store boundary.
     ├── MessagesNotLoaded (RuntimeError)       an AsyncMemory append's buffer, not yet read
     ├── SyncCallOnAsyncMemory (RuntimeError)   a blocking call on an AsyncMemory integration
     └── StoreError                  the storage backend failed
-        ├── StoreUnavailable        cannot connect / connection lost
+        ├── StoreUnavailable        cannot connect / connection lost; nothing was changed
+        │   └── OutcomeUnknown      the answer to a sent change was lost: it may be stored
         ├── StoreBusy               the database stayed locked past its timeout
         ├── StoreReadOnly           a write to a store opened (or only readable) read-only
         ├── SchemaError             the database schema is newer or unusable
@@ -30,6 +31,7 @@ they are mapped to :class:`StoreError` subclasses at the store boundary.
 from __future__ import annotations
 
 __all__ = [
+    "ErasureInProgress",
     "FlowmemError",
     "IdempotencyConflict",
     "InvalidInput",
@@ -40,6 +42,7 @@ __all__ = [
     "MessageTypeError",
     "MessagesNotLoaded",
     "MissingDependency",
+    "OutcomeUnknown",
     "SchemaError",
     "ScopeRefused",
     "StoreBusy",
@@ -95,7 +98,13 @@ class InvalidStoreURL(InvalidInput):
 
 
 class KeyConflict(InvalidInput):
-    """The key holds a plain value where a conversation was expected, or the reverse."""
+    """The key holds a plain value where a conversation was expected, or the reverse.
+
+    Nothing was changed. A key holds one kind at a time: an append to a plain
+    value, a history of one, or a write over a conversation raise this.
+    Replacing one kind by the other is an explicit act: delete the key first,
+    or write with ``replace=True`` (``--replace`` on the command line).
+    """
 
 
 class IdempotencyConflict(InvalidInput):
@@ -136,15 +145,40 @@ class SyncCallOnAsyncMemory(FlowmemError, RuntimeError):
 
 
 class StoreError(FlowmemError):
-    """The storage backend failed; the operation did not take effect."""
+    """The storage backend failed; the operation did not take effect.
+
+    Except :class:`OutcomeUnknown`, whose change may have been stored.
+    """
 
 
 class StoreUnavailable(StoreError):
-    """The backend cannot be reached, or the connection was lost mid-operation."""
+    """The backend cannot be reached, or the connection was lost mid-operation.
+
+    Nothing was changed — except in its subclass :class:`OutcomeUnknown`.
+    """
+
+
+class OutcomeUnknown(StoreUnavailable):
+    """The change was sent but its answer was lost: it may or may not have been stored.
+
+    The connection dropped, or a deadline fired, after the store may have
+    committed (PostgreSQL: during ``COMMIT``; Redis: during a writing script).
+    Retrying with the same ``idempotency_key`` is safe — it stores the change
+    once, or replays it if it was stored. Retrying without one may store it
+    twice. Every other :class:`StoreError` means nothing was changed.
+    """
 
 
 class StoreBusy(StoreError):
     """The database stayed locked by other writers past its busy timeout."""
+
+
+class ErasureInProgress(StoreError):
+    """An append or write would create a key in a user's (or session's) scope while that
+    scope is being erased (:meth:`flowmem.Memory.erase_user`); nothing was written.
+
+    Retry once the erasure has finished: the key is then created anew.
+    """
 
 
 class StoreReadOnly(StoreError):

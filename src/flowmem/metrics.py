@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any, Final
 
+from .errors import MissingDependency
 from .store import AppendOutcome
 
 __all__ = ["BUCKETS", "COUNTERS", "Metrics", "backend_name"]
@@ -76,6 +77,8 @@ class Metrics:
         self._refusals: dict[str, int] = defaultdict(int)
         self._errors: dict[tuple[str, str, str], int] = defaultdict(int)
         self._latency: dict[tuple[str, str], _Histogram] = defaultdict(_Histogram)
+        self._expired: dict[tuple[str, str], int] = defaultdict(int)
+        self._sweeps: dict[str, int] = defaultdict(int)
 
     # -- what the coordinator reports -------------------------------------------
     def appended(self, backend: str, outcome: AppendOutcome) -> None:
@@ -94,6 +97,11 @@ class Metrics:
             counters["placeholders_replaced", backend] += stats.replaced
             counters["lock_fallbacks", backend] += not outcome.serialized
 
+    def replayed(self, backend: str) -> None:
+        """A write or delete that repeated an idempotency key (nothing changed)."""
+        with self._lock:
+            self._counters["idempotent_replays", backend] += 1
+
     def refused(self, operation: str) -> None:
         """A refusal (MEM-7): no backend was called."""
         with self._lock:
@@ -109,6 +117,13 @@ class Metrics:
         with self._lock:
             self._errors[operation, backend, type(error).__name__] += 1
 
+    def swept(self, backend: str, by_scope: dict[str, int]) -> None:
+        """One sweep batch and the expired conversations and values it deleted, by scope."""
+        with self._lock:
+            self._sweeps[backend] += 1
+            for scope, count in by_scope.items():
+                self._expired[backend, scope] += count
+
     # -- reading ------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """Every counter and histogram as plain data (a copy)."""
@@ -122,6 +137,9 @@ class Metrics:
                 "latency": {f"{op}{{backend={backend}}}": {
                     "count": h.count, "sum": h.total, "buckets": list(h.buckets)}
                     for (op, backend), h in sorted(self._latency.items())},
+                "expired": {f"{{backend={backend},scope={scope}}}": value
+                            for (backend, scope), value in sorted(self._expired.items())},
+                "sweeps": dict(sorted(self._sweeps.items())),
             }
 
     def prometheus(self, registry: Any = None) -> Any:
@@ -129,9 +147,13 @@ class Metrics:
 
         Returns the collector; ``registry`` defaults to the global one.
         """
-        from ._prometheus import register
-
-        return register(self, registry)
+        try:
+            from prometheus_client.core import REGISTRY
+        except ImportError as exc:  # pragma: no cover - exercised without the extra
+            raise MissingDependency("prometheus_client", "server") from exc
+        collector = _Collector(self)
+        (registry if registry is not None else REGISTRY).register(collector)
+        return collector
 
     def _families(self) -> Iterator[tuple[str, Any]]:
         """Raw data for the Prometheus collector, read under the lock."""
@@ -141,3 +163,50 @@ class Metrics:
             yield "errors", dict(self._errors)
             yield "latency", {key: (list(h.buckets), h.count, h.total)
                               for key, h in self._latency.items()}
+            yield "expired", dict(self._expired)
+            yield "sweeps", dict(self._sweeps)
+
+
+class _Collector:
+    """The ``prometheus_client`` collector of a :class:`Metrics`."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+
+        data = dict(self._metrics._families())
+        counters = data["counters"]
+        for name, help_text in COUNTERS.items():
+            family = CounterMetricFamily(f"flowmem_{name}", help_text, labels=["backend"])
+            for (counter, backend), value in sorted(counters.items()):
+                if counter == name:
+                    family.add_metric([backend], value)
+            yield family
+        yield _counter("flowmem_refusals", "Refused scopes (MEM-7)", ["operation"],
+                       data["refusals"])
+        yield _counter("flowmem_store_errors", "Store calls that raised",
+                       ["operation", "backend", "error"], data["errors"])
+        yield _counter("flowmem_expired", "Expired conversations and values a sweep deleted, "
+                       "by scope", ["backend", "scope"], data["expired"])
+        yield _counter("flowmem_sweep_batches", "Sweep batches run", ["backend"], data["sweeps"])
+        latency = HistogramMetricFamily("flowmem_store_call_seconds",
+                                        "Latency of store calls", labels=["operation", "backend"])
+        for (operation, backend), (buckets, _count, total) in sorted(data["latency"].items()):
+            running, points = 0, []
+            for bound, hits in zip([*map(str, BUCKETS), "+Inf"], buckets, strict=True):
+                running += hits
+                points.append((bound, running))
+            latency.add_metric([operation, backend], points, total)
+        yield latency
+
+
+def _counter(name: str, help_text: str, labels: list[str], values: dict[Any, float]) -> Any:
+    """One counter family of ``values`` (keyed by a label value or a tuple of them)."""
+    from prometheus_client.core import CounterMetricFamily
+
+    family = CounterMetricFamily(name, help_text, labels=labels)
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key) if isinstance(key, tuple) else [key], value)
+    return family

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .call_ids import CallIds, check_call_ids
 from .ids import call_entries, call_id, call_id_field, result_id
 from .messages import HEALED_CONTENT, ROLES, Message, coerce_content, healed_placeholder
 
@@ -121,10 +122,15 @@ def _coerce(items: list[Any], tally: _Tally) -> list[_Entry]:
 
 
 class _Repair:
-    """MEM-5 step 3, one pass in order over the non-system messages, O(n)."""
+    """MEM-5 step 3, one pass in order over the non-system messages, O(n).
 
-    def __init__(self, tally: _Tally) -> None:
+    ``per_turn`` (the call-id policy, :mod:`flowmem.call_ids`): an id a later turn
+    declares again is a new declaration, which then owns the id's results; a turn
+    declaring an id twice still keeps the first."""
+
+    def __init__(self, tally: _Tally, per_turn: bool = False) -> None:
         self._tally = tally
+        self._per_turn = per_turn
         self._owners: dict[str, _Turn] = {}
         self._items: list[_Entry | _Turn] = []
 
@@ -143,7 +149,8 @@ class _Repair:
         turn = _Turn(entry.content, entry.source)
         for call in entry.calls:
             found = call_id(call)
-            if found is None or found in self._owners:
+            if found is None or (found in self._owners and (
+                    not self._per_turn or self._owners[found] is turn)):
                 self._tally.drop()
                 continue
             self._owners[found] = turn
@@ -176,17 +183,17 @@ class _Repair:
         return out
 
 
-def _repair(entries: list[_Entry], tally: _Tally) -> list[_Entry]:
-    return _Repair(tally).run(entries)
+def _repair(entries: list[_Entry], tally: _Tally, per_turn: bool) -> list[_Entry]:
+    return _Repair(tally, per_turn).run(entries)
 
 
-def _structural(entries: list[_Entry], tally: _Tally) -> list[_Entry]:
+def _structural(entries: list[_Entry], tally: _Tally, per_turn: bool = False) -> list[_Entry]:
     """MEM-5 steps 2-4 on coerced entries: system first, pairing repaired, no leading tool."""
     system = [entry for entry in entries if entry.role == "system"]
-    others = _repair([entry for entry in entries if entry.role != "system"], tally)
+    others = _repair([entry for entry in entries if entry.role != "system"], tally, per_turn)
     while others and others[0].role == "tool":
         tally.drop()
-        others = _repair(others[1:], tally)
+        others = _repair(others[1:], tally, per_turn)
     return system + others
 
 
@@ -220,7 +227,7 @@ def _flat(entry: _Entry) -> Message:
 # --------------------------------------------------------------------------- public
 
 
-def normalize(messages: Any) -> NormalizeResult:
+def normalize(messages: Any, *, call_ids: CallIds = "strict") -> NormalizeResult:
     """Turn any message list into a provider-sendable one (MEM-5).
 
     Steps: (1) coerce each entry to the flat shape, dropping non-mappings and
@@ -237,9 +244,18 @@ def normalize(messages: Any) -> NormalizeResult:
     mutated. ``None`` is an empty list and a lone mapping a one-message list.
     The result is sendable (:func:`is_sendable`) and normalizing it again
     changes nothing.
+
+    ``call_ids`` is the call-id policy the list was written under
+    (:mod:`flowmem.call_ids`). ``"strict"`` (the default) is MEM-5 as the spec
+    states it: an id declared a second time is removed from the later turn.
+    ``"per_turn"`` (for a per-turn memory's history, which gives the caller's ids
+    back) takes an id a later turn declares again as a new declaration: each
+    declaration owns the results after it, up to the id's next declaration. The
+    result is then sendable under the same policy.
     """
+    per_turn = check_call_ids(call_ids) == "per_turn"
     tally = _Tally()
-    entries = _structural(_coerce(_as_list(messages), tally), tally)
+    entries = _structural(_coerce(_as_list(messages), tally), tally, per_turn)
     return NormalizeResult([_flat(entry) for entry in entries], tally.count)
 
 
@@ -271,7 +287,8 @@ def _blank_text(message: Message) -> bool:
 
 
 def repair_pairing(messages: Sequence[Message], *,
-                   blank: Callable[[Message], bool] = _blank_text) -> tuple[list[Message], int]:
+                   blank: Callable[[Message], bool] = _blank_text,
+                   call_ids: CallIds = "strict") -> tuple[list[Message], int]:
     """The structural repairs of :func:`normalize` on canonical messages, payloads kept.
 
     Steps 2-4 of MEM-5 exactly as :func:`normalize` runs them (system first,
@@ -282,17 +299,21 @@ def repair_pairing(messages: Sequence[Message], *,
     converter (:mod:`flowmem.formats`) can render them. ``blank(message)``
     says whether an assistant turn left with no calls has nothing to send
     (such a turn is dropped). Returns the repaired list (messages shared with
-    the input unless changed; never mutated) and the drop count.
+    the input unless changed; never mutated) and the drop count. ``call_ids``: as
+    :func:`normalize`'s.
     """
+    per_turn = check_call_ids(call_ids) == "per_turn"
     tally = _Tally()
-    entries = _structural([_source_entry(m, blank) for m in messages], tally)
+    entries = _structural([_source_entry(m, blank) for m in messages], tally, per_turn)
     return [_repaired(entry) for entry in entries], tally.count
 
 
 class _Checker:
-    """Walks a list once and collects every breach of the Sendable invariant."""
+    """Walks a list once and collects every breach of the Sendable invariant
+    (``per_turn``: an id may be declared again by a later turn, :func:`normalize`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_turn: bool = False) -> None:
+        self._per_turn = per_turn
         self.problems: list[str] = []
         self._seen_non_system = False
         self._declared: set[str] = set()
@@ -310,7 +331,11 @@ class _Checker:
             self.problems.append(f"message {index}: role {role!r} is not one of {sorted(ROLES)}")
             self.close_block()
             return
-        if not isinstance(message.get("content"), str):
+        content = message.get("content")
+        # OpenAI Chat takes ``content: null`` on an assistant turn that declares calls
+        # (what flowmem.formats.to_openai_chat renders, and check_openai_chat accepts)
+        if not isinstance(content, str) and not (content is None and role == "assistant"
+                                                 and call_entries(message)):
             self.problems.append(f"message {index}: content is not a string")
         if role == "system":
             self._system(index)
@@ -328,16 +353,18 @@ class _Checker:
         self.close_block()
 
     def _assistant(self, index: int, message: Mapping[str, Any]) -> None:
-        self._block, self._block_at = {}, index
+        block: dict[str, bool] = {}
+        self._block, self._block_at = block, index
         for entry in call_entries(message):
             found = call_id(entry)
             if found is None:
                 self.problems.append(f"message {index}: a declared call has no usable id")
-            elif found in self._declared:
+            elif found in block or (found in self._declared and not self._per_turn):
                 self.problems.append(f"message {index}: call id {found!r} is declared twice")
             else:
+                self._answered.discard(found)  # per_turn: a new declaration of the id
                 self._declared.add(found)
-                self._block[found] = False
+                block[found] = False
 
     def _tool(self, index: int, message: Mapping[str, Any]) -> None:
         if not self._seen_non_system:
@@ -365,25 +392,32 @@ class _Checker:
         self._block = None
 
 
-def sendability_problems(messages: Any) -> list[str]:
+def sendability_problems(messages: Any, *, call_ids: CallIds = "strict") -> list[str]:
     """Every breach of the Sendable invariant (MEM-5), as readable sentences.
 
     Sendable: every message is a mapping with one of the four roles and string
-    content; all ``system`` messages come first; the first non-system message
+    content (``None`` is accepted on an assistant turn that declares calls, as
+    OpenAI Chat accepts it); all ``system`` messages come first; the first non-system message
     is not ``tool``; every ``tool`` message sits in the contiguous block right
     after the ``assistant`` turn declaring its id; each declared id has exactly
     one result there; no id is declared twice or answered twice; no declared
     call or tool result has an unusable id. Ids are read through
     :mod:`flowmem.ids`, so the flat and the canonical shape are both accepted.
     An empty list means sendable.
+
+    ``call_ids="per_turn"`` (:mod:`flowmem.call_ids`) accepts an id that a later
+    turn declares again, each declaration answered once in its own block (a
+    per-turn memory's history, with the caller's ids); ``"strict"`` (the default)
+    reports it as declared twice.
     """
-    checker = _Checker()
+    checker = _Checker(check_call_ids(call_ids) == "per_turn")
     for index, message in enumerate(_as_list(messages)):
         checker.check(index, message)
     checker.close_block()
     return checker.problems
 
 
-def is_sendable(messages: Any) -> bool:
-    """Whether ``messages`` satisfies the Sendable invariant (MEM-5)."""
-    return not sendability_problems(messages)
+def is_sendable(messages: Any, *, call_ids: CallIds = "strict") -> bool:
+    """Whether ``messages`` satisfies the Sendable invariant (MEM-5) under the call-id
+    policy ``call_ids`` (:func:`sendability_problems`)."""
+    return not sendability_problems(messages, call_ids=call_ids)

@@ -20,6 +20,9 @@ Rules decided here:
 - MEM-11: every id is read through :mod:`flowmem.ids`.
 - MEM-14: ``appended`` counts the incoming messages that became entries.
 
+Under the ``per_turn`` call-id policy (:mod:`flowmem.call_ids`) the same rules act
+on the stored ids that policy gives a batch's ids, before planning.
+
 "In the buffer" always includes what this same append added earlier.
 
 Positions: entries are ordered by an integer position. Appended entries take
@@ -34,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ._frozen import quick_init, quick_new
+from .call_ids import PerTurn, assign, per_turn_ids, per_turn_lookups
 from .ids import declared_call_ids, is_healed, result_id
 from .messages import Message
 
@@ -50,7 +54,9 @@ __all__ = [
     "TurnRef",
     "mentioned_ids",
     "needs_pending",
+    "per_turn_lookups",
     "plan_append",
+    "stored_ids",
 ]
 
 SLOT: Final = 1 << 20
@@ -90,6 +96,13 @@ class BufferView:
     declaring turn, declaration order) and is needed only when
     :func:`needs_pending` says so.
 
+    Two more facts serve the ``per_turn`` call-id policy only (:mod:`flowmem.call_ids`;
+    a strict append never reads them), both for the caller's ids of
+    :func:`per_turn_lookups`: ``newest`` maps an id to the stored id of its newest
+    declaration that has a result (its alias, or the id itself), with that result in
+    ``results``; ``firsts`` maps an id to the turn of its first declaration (the one
+    stored under the id itself), which tells a copy of it.
+
     The planner only reads a view, never changes it, and reads it only while
     planning: a store holding its indexes in memory may hand over live ones
     (:class:`~flowmem.ConversationBuffer` does, so its view costs nothing).
@@ -98,6 +111,8 @@ class BufferView:
     results: Mapping[str, bool] = field(default_factory=dict)
     declared: Container[str] = frozenset()
     pending: Iterable[PendingCall] = ()
+    newest: Mapping[str, str] = field(default_factory=dict)
+    firsts: Mapping[str, Message] = field(default_factory=dict)
 
 
 @quick_init
@@ -167,20 +182,17 @@ _new_plan = quick_new(AppendPlan)
 
 def mentioned_ids(incoming: Sequence[Message]) -> set[str]:
     """The ids a store must look up for :attr:`BufferView.results`/``declared``."""
-    ids: set[str] = set()
-    for message in incoming:
-        role = message["role"]
-        if role == "assistant":
-            ids.update(declared_call_ids(message))
-        elif role == "tool":
-            answered = result_id(message)
-            if answered is not None:
-                ids.add(answered)
-    return ids
+    if type(incoming) is PerTurn:
+        return per_turn_ids(incoming)
+    answered, declared = per_turn_lookups(incoming)  # the ids results answer, turns declare
+    return answered | declared
 
 
 def needs_pending(incoming: Sequence[Message]) -> bool:
-    """Whether the append heals, so the store must list the unanswered calls."""
+    """Whether the append heals, so the store must list the unanswered calls (always
+    under the ``per_turn`` policy: its results pair with them, :mod:`flowmem.call_ids`)."""
+    if type(incoming) is PerTurn:
+        return True
     for message in incoming:  # noqa: SIM110 - a loop, not any(generator): every append
         if message["role"] == "user":
             return True
@@ -329,8 +341,42 @@ def _plan_one(view: BufferView, message: Message) -> AppendPlan | None:
     return _new_plan((_new_entry(0, message),), 1)
 
 
+class _Declared:
+    """A view's declared ids with its unanswered calls' (declared by definition: a view
+    need only cover the ids an append mentions, and the per-turn policy may route a
+    result or a turn to an unanswered call's stored id it does not mention)."""
+
+    __slots__ = ("known", "open")
+
+    def __init__(self, known: Container[str], open_: set[str]) -> None:
+        self.known, self.open = known, open_
+
+    def __contains__(self, call: object) -> bool:
+        return call in self.open or call in self.known
+
+
+def stored_ids(view: BufferView, incoming: Sequence[Message]) -> tuple[BufferView, list[Message]]:
+    """The ``per_turn`` call-id policy's first step (:mod:`flowmem.call_ids`): ``incoming``
+    with the stored id of each id, and the view to plan them on (its unanswered calls
+    counted as declared). :func:`plan_append` takes it for a
+    :class:`~flowmem.call_ids.PerTurn` batch; a caller that must map the plan's
+    messages back to its own plans ``stored_ids``' messages itself."""
+    pending = list(view.pending)
+    open_view = BufferView(view.results,
+                           _Declared(view.declared, {p.call_id for p in pending}), pending,
+                           view.newest, view.firsts)
+    return open_view, assign(open_view, incoming)
+
+
 def plan_append(view: BufferView, incoming: Sequence[Message]) -> AppendPlan:
-    """Plan appending canonical ``incoming`` messages to the buffer ``view`` describes."""
+    """Plan appending canonical ``incoming`` messages to the buffer ``view`` describes.
+
+    A :class:`~flowmem.call_ids.PerTurn` batch is planned under the ``per_turn``
+    call-id policy: its ids are first given their stored ids
+    (:func:`~flowmem.call_ids.assign`), then the rules act on those.
+    """
+    if type(incoming) is PerTurn:
+        view, incoming = stored_ids(view, incoming)
     if len(incoming) == 1:
         plan = _plan_one(view, incoming[0])
         if plan is not None:

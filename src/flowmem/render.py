@@ -27,6 +27,32 @@ from .plan import SLOT
 
 __all__ = ["ROLE_STYLES", "render_text", "render_transcript"]
 
+# Stored text made safe for a terminal: anyone holding a token can store any
+# text, and a terminal obeys the escape sequences it prints (clear the screen,
+# OSC 0 titles, OSC 52 clipboard writes, bidirectional overrides). Every
+# human-facing output (the CLI's tables, the transcript) passes it through
+# printable first.
+_BIDI: Final = (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)
+_CONTROLS: Final = (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0), *_BIDI)
+
+
+def _escaped(code: int) -> str:
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+_TABLE: Final = {code: _escaped(code) for code in _CONTROLS}
+_TABLE_LINES: Final = {code: text for code, text in _TABLE.items() if code not in (0x0A, 0x09)}
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` with every control character shown escaped (``\\x1b``, ``\\u202e``).
+
+    ``lines=True`` keeps newlines and tabs (a message's content); otherwise they
+    are escaped too (a table cell, a title: one line).
+    """
+    return text.translate(_TABLE_LINES if lines else _TABLE)
+
+
 ROLE_STYLES: Final = {"system": "magenta", "user": "green", "assistant": "blue",
                       "tool": "yellow"}
 HEALED_NOTE: Final = "interrupted: healed placeholder (MEM-3)"
@@ -34,7 +60,12 @@ LATE_NOTE: Final = "late result: replaced its placeholder in place (MEM-10)"
 
 
 def _text(value: Any) -> str:
-    """Content or arguments as display text (JSON text pretty-printed when it parses)."""
+    """Content or arguments as display text (JSON text pretty-printed when it parses),
+    control characters shown escaped (:func:`printable`)."""
+    return printable(_plain(value), lines=True)
+
+
+def _plain(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
@@ -53,15 +84,15 @@ def _text(value: Any) -> str:
 
 def _content(message: Mapping[str, Any]) -> str:
     value = message.get("content")
-    return value if isinstance(value, str) else _text(value)
+    return printable(value, lines=True) if isinstance(value, str) else _text(value)
 
 
 def _call_name(entry: Mapping[str, Any]) -> tuple[str, Any]:
     """A call entry's function name and arguments, in either provider shape."""
     function = entry.get("function")
     if isinstance(function, Mapping):
-        return str(function.get("name") or "?"), function.get("arguments")
-    return str(entry.get("name") or "?"), entry.get("arguments")
+        return printable(str(function.get("name") or "?")), function.get("arguments")
+    return printable(str(entry.get("name") or "?")), entry.get("arguments")
 
 
 @dataclass
@@ -123,10 +154,10 @@ def _call_card(entry: Mapping[str, Any], messages: Sequence[Mapping[str, Any]],
     body = Text()
     body.append("arguments\n", style="bold")
     body.append(_text(arguments) or "(none)")
+    shown = printable(found) if found else "(no usable id)"
     body.append("\n\nresult\n", style="bold")
     body.append_text(result)
-    title = Text.assemble(("⚙ ", style), (name, "bold"), (f"  id {found or '(no usable id)'}",
-                                                          "dim"))
+    title = Text.assemble(("⚙ ", style), (name, "bold"), (f"  id {shown}", "dim"))
     return Panel(body, title=title, title_align="left", border_style=style)
 
 
@@ -137,7 +168,7 @@ def _count(n: int, what: str) -> str:
 def _panel(messages: Sequence[Mapping[str, Any]], positions: Sequence[int] | None,
            index: int, pairing: _Pairing) -> Panel:
     message = messages[index]
-    role = str(message.get("role") or "?")
+    role = printable(str(message.get("role") or "?"))
     style = ROLE_STYLES.get(role, "white")
     parts: list[RenderableType] = []
     content = _content(message)
@@ -151,7 +182,7 @@ def _panel(messages: Sequence[Mapping[str, Any]], positions: Sequence[int] | Non
         note = ("⚠ " + HEALED_NOTE if is_healed(message)
                 else "↻ " + LATE_NOTE if _is_late(positions, index, message) else "")
         answered = result_id(message)
-        parts.insert(0, Text(f"result for {answered or '(no usable id)'}, "
+        parts.insert(0, Text(f"result for {printable(answered or '(no usable id)')}, "
                              "whose call is not in view" + (f"\n{note}" if note else ""),
                              style="dim italic"))
     return Panel(Group(*parts) if parts else Text("(empty)", style="dim"), title=title,

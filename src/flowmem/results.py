@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from .buffer import AppendResult
+from .call_ids import caller_messages
 from .errors import MessagesNotLoaded
 from .messages import Message
 from .pages import UNPARSED, parse_on_read, unparsed
+from .store import AppendStats
 
 __all__ = [
     "DeleteResult",
@@ -40,23 +42,29 @@ class ReadResult:
 
 @dataclass(frozen=True, slots=True)
 class WriteResult:
-    """A write: whether it took effect, and where."""
+    """A write: whether it took effect, and where; ``replayed`` when its idempotency key
+    had already been used for this same write (nothing changed this time)."""
 
     ok: bool
     scope: str
     resolved_scope_id: str
     refused: bool = False
+    replayed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class DeleteResult:
-    """A delete: ``ok`` unless refused; ``found`` whether anything was there."""
+    """A delete: ``ok`` unless refused; ``found`` whether anything was there.
+
+    ``replayed`` when its idempotency key had already been used for this same
+    delete: nothing changed this time and ``found`` is the first call's answer."""
 
     ok: bool
     found: bool
     scope: str
     resolved_scope_id: str
     refused: bool = False
+    replayed: bool = False
 
 
 @parse_on_read
@@ -65,7 +73,10 @@ class HistoryResult:
     """A page of a conversation, oldest first; ``before`` pages further back.
 
     ``total`` counts the entries before ``before`` (the whole conversation
-    without it; ``None`` where the store does not count). ``encoded`` is the
+    without it; ``None`` where the store does not count). A read under a token
+    budget (``max_tokens``) also says how many tokens its messages hold
+    (``tokens``) and how many stored messages it left out (``omitted``);
+    both are ``None`` otherwise. ``encoded`` is the
     store's JSON text of each message when it gave it
     (:class:`~flowmem.store.HistoryPage`); it takes no part in comparisons, and
     ``messages`` is parsed from it when first read (:mod:`flowmem.pages`).
@@ -79,6 +90,8 @@ class HistoryResult:
     refused: bool = False
     total: int | None = None
     encoded: list[str] | None = field(default=None, compare=False, repr=False)
+    tokens: int | None = None
+    omitted: int | None = None
 
     @classmethod
     def of_page(cls, page: Any, scope: str, resolved_scope_id: str) -> HistoryResult:
@@ -109,6 +122,15 @@ class ScopedAppendResult(AppendResult):
     the newest ``N`` entries just after it, read in the append's own
     transaction (no other writer between); ``None`` when not asked. A
     refused append's tail is an empty refused page.
+    Beside the MEM-14 delta (``count``, ``appended``, ``appended_any``, kept
+    exactly as the rule says), the breakdown tells apart what ``appended: 0``
+    alone cannot: ``replaced`` late results stored in place of their
+    placeholders (MEM-10), ``dropped_results`` tool results dropped as
+    duplicates (MEM-1), ``dropped_turns`` assistant turns dropped because
+    every call id they declare was already declared (MEM-2), and ``healed``
+    placeholders inserted (MEM-3). A replayed append reports the first call's
+    delta and a zero breakdown. ``refused`` is in the repr and in
+    :meth:`to_dict`, always.
     ``messages`` (the buffer after the append) is read from the store on
     first access by a :class:`~flowmem.Memory` result; an
     :class:`~flowmem.AsyncMemory` result reads it with
@@ -116,7 +138,7 @@ class ScopedAppendResult(AppendResult):
     """
 
     __slots__ = ("_aload", "refused", "replayed", "resolved_scope_id", "scope", "serialized",
-                 "tail")
+                 "stats", "tail")
 
     scope: str
     resolved_scope_id: str
@@ -124,6 +146,7 @@ class ScopedAppendResult(AppendResult):
     refused: bool
     replayed: bool
     tail: HistoryResult | None
+    stats: AppendStats
     _aload: Callable[[], Awaitable[list[Message]]] | None
 
     def __init__(self, *, scope: str, resolved_scope_id: str, count: int, appended: int,
@@ -131,13 +154,50 @@ class ScopedAppendResult(AppendResult):
                  messages: list[Message] | None = None,
                  load: Callable[[], list[Message]] | None = None,
                  aload: Callable[[], Awaitable[list[Message]]] | None = None,
-                 tail: HistoryResult | None = None) -> None:
+                 tail: HistoryResult | None = None, stats: AppendStats | None = None) -> None:
         if aload is not None:
             load = _not_loaded
         elif messages is None and load is None:
             raise ValueError("AppendResult needs messages or a loader")
         _fill(self, scope, resolved_scope_id, serialized, count, appended, refused, replayed,
-              messages, load, aload, tail)
+              messages, load, aload, tail, stats or _NO_STATS)
+
+    @property
+    def replaced(self) -> int:
+        """Late tool results stored in place of their healed placeholders (MEM-10)."""
+        return self.stats.replaced
+
+    @property
+    def dropped_results(self) -> int:
+        """Incoming tool results dropped as duplicates (MEM-1)."""
+        return self.stats.dropped_results
+
+    @property
+    def dropped_turns(self) -> int:
+        """Incoming assistant turns dropped: every call id they declare was known (MEM-2)."""
+        return self.stats.dropped_turns
+
+    @property
+    def healed(self) -> int:
+        """Placeholders inserted for unanswered calls before a user message (MEM-3)."""
+        return self.stats.healed
+
+    def to_dict(self) -> dict[str, Any]:
+        """The MEM-14 report ``{"count", "appended", "appended_any"}``, then the breakdown
+        (``replaced``, ``dropped_results``, ``dropped_turns``, ``healed``) and ``refused``."""
+        stats = self.stats
+        return {"count": self.count, "appended": self.appended,
+                "appended_any": self.appended > 0, "replaced": stats.replaced,
+                "dropped_results": stats.dropped_results, "dropped_turns": stats.dropped_turns,
+                "healed": stats.healed, "refused": self.refused}
+
+    def __repr__(self) -> str:
+        stats = self.stats
+        return (f"{type(self).__name__}(count={self.count}, appended={self.appended}, "
+                f"appended_any={self.appended > 0}, replaced={stats.replaced}, "
+                f"dropped_results={stats.dropped_results}, "
+                f"dropped_turns={stats.dropped_turns}, healed={stats.healed}, "
+                f"refused={self.refused})")
 
     async def load_messages(self) -> list[Message]:
         """The buffer after the append, on either face (awaits the read once)."""
@@ -147,13 +207,14 @@ class ScopedAppendResult(AppendResult):
 
 
 _new = object.__new__
+_NO_STATS = AppendStats()
 
 
 def _fill(result: ScopedAppendResult, scope: str, resolved_scope_id: str, serialized: bool,
           count: int, appended: int, refused: bool, replayed: bool,
           messages: list[Message] | None, load: Callable[[], list[Message]] | None,
           aload: Callable[[], Awaitable[list[Message]]] | None,
-          tail: HistoryResult | None) -> ScopedAppendResult:
+          tail: HistoryResult | None, stats: AppendStats) -> ScopedAppendResult:
     """Set every field of ``result`` (AppendResult's too: one call less per append)."""
     result.count = count
     result.appended = appended
@@ -166,6 +227,7 @@ def _fill(result: ScopedAppendResult, scope: str, resolved_scope_id: str, serial
     result.refused = refused
     result.replayed = replayed
     result.tail = tail
+    result.stats = stats
     return result
 
 
@@ -173,7 +235,8 @@ def appended_result(scope: str, resolved_scope_id: str, serialized: bool, count:
                     appended: int, replayed: bool,
                     load: Callable[[], list[Message]] | None,
                     aload: Callable[[], Awaitable[list[Message]]] | None,
-                    tail: HistoryResult | None = None) -> ScopedAppendResult:
+                    tail: HistoryResult | None = None,
+                    stats: AppendStats | None = None) -> ScopedAppendResult:
     """``ScopedAppendResult(...)`` of an append a store answered (one loader given).
 
     The coordinator's per-append construction: positional, and without the
@@ -181,4 +244,52 @@ def appended_result(scope: str, resolved_scope_id: str, serialized: bool, count:
     """
     return _fill(_new(ScopedAppendResult), scope, resolved_scope_id, serialized, count,
                  appended, False, replayed, None,
-                 _not_loaded if aload is not None else load, aload, tail)
+                 _not_loaded if aload is not None else load, aload, tail,
+                 _NO_STATS if stats is None or replayed else stats)
+
+
+# A per-turn memory's reads (call_ids="per_turn"): a re-declared id is stored
+# under an alias, and every read gives the caller back the ids it sent.
+
+Loader = Callable[[], list[Message]]
+AsyncLoader = Callable[[], Awaitable[list[Message]]]
+
+
+def callers_history(result: HistoryResult) -> HistoryResult:
+    """A page with the caller's call ids (its stored JSON texts are not passed on)."""
+    if result.refused:
+        return result
+    return HistoryResult(caller_messages(result.messages), result.positions, result.before,
+                         result.scope, result.resolved_scope_id, result.refused,
+                         result.total, None, result.tokens, result.omitted)
+
+
+def callers_read(result: ReadResult) -> ReadResult:
+    """A read conversation (a list of messages) with the caller's call ids."""
+    value = result.value
+    if not result.found or not isinstance(value, list):
+        return result
+    if not all(isinstance(m, dict) and "role" in m for m in value):
+        return result
+    return ReadResult(caller_messages(value), True, result.scope, result.resolved_scope_id,
+                      result.refused)
+
+
+def callers_loaders(load: Loader | None, aload: AsyncLoader | None,
+                    ) -> tuple[Loader | None, AsyncLoader | None]:
+    """An append result's loaders, giving the caller's call ids."""
+    if load is not None:
+        plain = load
+
+        def load_callers() -> list[Message]:
+            return caller_messages(plain())
+
+        load = load_callers
+    if aload is not None:
+        plain_async = aload
+
+        async def aload_callers() -> list[Message]:
+            return caller_messages(await plain_async())
+
+        aload = aload_callers
+    return load, aload

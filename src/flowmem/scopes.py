@@ -7,18 +7,21 @@ the HTTP service) asks it and never decides a refusal itself.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ._frozen import quick_init
-from .errors import ScopeRefused, UnknownScope
-from .ids import usable_id
+from .errors import InvalidInput, ScopeRefused, UnknownScope
+from .ids import is_key_text, usable_id
 
 __all__ = [
     "IDENTITY_SCOPES",
     "SCOPES",
     "ExecutionContext",
     "StorageKey",
+    "conversation_key",
+    "idempotency_prefix",
     "resolve_scope",
 ]
 
@@ -86,5 +89,76 @@ def resolve_scope(scope: str, context: ExecutionContext | None) -> str:
     if scope in IDENTITY_SCOPES:
         if context is None:
             raise ScopeRefused(scope, "no execution context")
-        raise ScopeRefused(scope, f"no usable {field} (got {raw!r})")
+        got = "none given" if raw is None else f"got {raw!r}"
+        raise ScopeRefused(scope, f"no usable {field} ({got})")
     return ""
+
+
+_KNOWN_KEYS: dict[tuple[str, str, str], int] = {}  # hot keys: no blake2b per append
+
+
+def idempotency_prefix(key: StorageKey) -> str:
+    """What every idempotency key of an operation on ``key`` starts with: the storage
+    key's :func:`conversation_key` in 16 hex digits and ``:`` (a retry key is scoped to
+    the key it names; a swept or erased conversation's records are found by it)."""
+    return f"{conversation_key(key) & 0xFFFF_FFFF_FFFF_FFFF:016x}:"
+
+
+def conversation_key(key: StorageKey) -> int:
+    """The one hash of a storage key: a signed 64-bit number, the same everywhere.
+
+    The blake2b of ``scope NUL scope_id NUL key`` (UTF-8, surrogates kept), so
+    every process, machine and version agrees on it: idempotency keys are
+    scoped by it, the in-process and file locks stripe by it (MEM-12), and
+    PostgreSQL leads every table's primary key with it (a distribution key).
+    A store that keeps it also keeps the names it came from and checks them,
+    so a collision is an error, never a shared conversation.
+    """
+    names = (key.scope, key.scope_id, key.key)  # a tuple hashes in C, a dataclass does not
+    found = _KNOWN_KEYS.get(names)
+    if found is None:
+        raw = "\x00".join(names).encode("utf-8", "surrogatepass")
+        found = int.from_bytes(hashlib.blake2b(raw, digest_size=8).digest(), "big", signed=True)
+        if len(_KNOWN_KEYS) >= 4096:
+            _KNOWN_KEYS.clear()
+        _KNOWN_KEYS[names] = found
+    return found
+
+
+# The bounds every backend can index, checked before anything reaches a store.
+MAX_KEY_LENGTH: Final = 512
+MAX_KEYS_PAGE: Final = 1000
+MAX_IDEMPOTENCY_KEY_LENGTH: Final = 255
+
+
+def check_key(key: Any) -> str:
+    """A key is text every backend can index: 1..MAX_KEY_LENGTH chars, no NUL/surrogate."""
+    if (not isinstance(key, str) or not key or len(key) > MAX_KEY_LENGTH
+            or not is_key_text(key)):
+        raise InvalidInput(f"key must be a non-empty string of at most {MAX_KEY_LENGTH} "
+                           f"characters without NUL or lone surrogates, got {key!r}")
+    return key
+
+
+def check_cursor(name: str, value: Any, *, low: int) -> None:
+    """``last``/``before``: None or an int that every backend can index (64-bit)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value < 2 ** 63:
+        raise InvalidInput(f"{name} must be None or an integer in [{low}, 2**63), got {value!r}")
+
+
+def check_limit(limit: Any) -> int:
+    """A page size of a key listing: an int in [1, MAX_KEYS_PAGE]."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_KEYS_PAGE:
+        raise InvalidInput(f"limit must be an integer in [1, {MAX_KEYS_PAGE}], got {limit!r}")
+    return limit
+
+
+def check_idempotency_key(idempotency_key: Any) -> None:
+    """An idempotency key is text every backend can index: 1..255 chars, no NUL/surrogate."""
+    if (not isinstance(idempotency_key, str) or not idempotency_key
+            or len(idempotency_key) > MAX_IDEMPOTENCY_KEY_LENGTH
+            or not is_key_text(idempotency_key)):
+        raise InvalidInput(f"idempotency_key must be a non-empty string of at most "
+                           f"{MAX_IDEMPOTENCY_KEY_LENGTH} characters, got {idempotency_key!r}")

@@ -13,7 +13,7 @@ Two faces, one contract (as httpx has ``BaseTransport`` and
 :class:`AsyncStore` by :class:`~flowmem.AsyncMemory`, with the same methods,
 arguments, results and errors — the async ones are coroutines and their
 ``lock`` is an async context manager. A backend keeps its rules in pure or
-sans-I/O code both faces share (:mod:`flowmem.stores.sql` programs, the Redis
+sans-I/O code both faces share (:mod:`flowmem.stores.sql._conversations` programs, the Redis
 scripts) and differs between faces only in how it does I/O.
 
 Every backend runs the public conformance suite in :mod:`flowmem.testing`,
@@ -33,8 +33,8 @@ from .pages import parse_on_read
 from .plan import AppendPlan
 from .scopes import StorageKey
 
-__all__ = ["AppendOutcome", "AppendStats", "AsyncStore", "HistoryPage", "Idempotency", "Store",
-           "plan_stats"]
+__all__ = ["AppendOutcome", "AppendStats", "AsyncStore", "DeleteOutcome", "Erased", "HistoryPage",
+           "Idempotency", "Store", "plan_stats"]
 
 
 @quick_init
@@ -89,6 +89,20 @@ class AppendOutcome:
     tail: HistoryPage | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class DeleteOutcome:
+    """What a store reports for one delete.
+
+    ``found``: whether the key held anything (a value or a conversation).
+    ``replayed`` is ``True`` when an idempotency key had already been used for
+    this same delete: nothing changed this time and ``found`` is the first
+    call's answer, whatever the key holds now.
+    """
+
+    found: bool
+    replayed: bool = False
+
+
 @quick_init
 @dataclass(frozen=True, slots=True)
 class Idempotency:
@@ -135,6 +149,25 @@ class HistoryPage:
     encoded: list[str] | None = field(default=None, compare=False, repr=False)
 
 
+@dataclass(frozen=True, slots=True)
+class Erased:
+    """What a store's :meth:`Store.erase` deleted (with ``dry_run``: would delete).
+
+    Counts only, never content: the scope id's conversations and plain values,
+    the conversations' messages, and the idempotency records kept for any of them.
+    """
+
+    conversations: int = 0
+    values: int = 0
+    messages: int = 0
+    idempotency_records: int = 0
+
+    def __add__(self, other: Erased) -> Erased:
+        return Erased(self.conversations + other.conversations, self.values + other.values,
+                      self.messages + other.messages,
+                      self.idempotency_records + other.idempotency_records)
+
+
 @runtime_checkable
 class Store(Protocol):
     """A storage backend. All methods are safe to call from several threads."""
@@ -144,18 +177,28 @@ class Store(Protocol):
         ...
 
     def write(self, key: StorageKey, value: Any, *,
-              idempotency: Idempotency | None = None) -> None:
-        """Store a JSON value (already validated), replacing whatever the key held.
+              idempotency: Idempotency | None = None, replace: bool = False) -> bool | None:
+        """Store a JSON value (already validated), replacing the key's earlier value.
 
+        A key that holds a conversation raises :class:`~flowmem.errors.KeyConflict`
+        and changes nothing, decided in the same atomic unit as the write; with
+        ``replace=True`` the conversation is dropped and the value takes its place.
+        The coordinator passes ``replace`` only when it is true.
         With ``idempotency`` the key is recorded in the same atomic unit as the
-        change; a repeat changes nothing (see :class:`Idempotency`).
+        change; a repeat changes nothing (see :class:`Idempotency`) and returns
+        ``True`` (replayed); otherwise ``False``, or ``None`` from a store that
+        does not say.
         """
         ...
 
-    def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
-        """Remove the key (value or conversation); whether anything was there.
+    def delete(self, key: StorageKey, *,
+               idempotency: Idempotency | None = None) -> DeleteOutcome:
+        """Remove the key (value or conversation); :attr:`DeleteOutcome.found` says
+        whether anything was there.
 
-        A repeat under the same ``idempotency`` key returns the first answer.
+        With ``idempotency`` the key is recorded in the same atomic unit as the
+        change; a repeat changes nothing and returns the first ``found`` with
+        ``replayed=True`` (decided in that same unit).
         """
         ...
 
@@ -198,6 +241,19 @@ class Store(Protocol):
         """Keys (values and conversations) under one scope id, sorted, paged by ``after``."""
         ...
 
+    def erase(self, scope: str, scope_id: str, *, dry_run: bool = False) -> Erased:
+        """Delete every key (values and conversations) under one identity scope id
+        (``user`` or ``session``), and the idempotency records kept for them.
+
+        Safe under concurrent appends and writes: while it runs the scope id is
+        *fenced* — an append or write that would create a key under it raises
+        :class:`~flowmem.errors.ErasureInProgress` and changes nothing — so an
+        append that races the erasure is either erased or refused, never left
+        behind. Erasing again finds nothing (zero counts). ``dry_run`` counts
+        what would go and changes nothing.
+        """
+        ...
+
     def lock(self, key: StorageKey, timeout: float) -> AbstractContextManager[bool]:
         """The MEM-12 lock of ``key``: yields whether it was had within ``timeout``."""
         ...
@@ -222,11 +278,13 @@ class AsyncStore(Protocol):
         ...
 
     async def write(self, key: StorageKey, value: Any, *,
-                    idempotency: Idempotency | None = None) -> None:
+                    idempotency: Idempotency | None = None,
+                    replace: bool = False) -> bool | None:
         """As :meth:`Store.write`."""
         ...
 
-    async def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
+    async def delete(self, key: StorageKey, *,
+                     idempotency: Idempotency | None = None) -> DeleteOutcome:
         """As :meth:`Store.delete`."""
         ...
 
@@ -248,6 +306,10 @@ class AsyncStore(Protocol):
     async def keys(self, scope: str, scope_id: str, *, prefix: str = "",
                    after: str | None = None, limit: int = 100) -> list[str]:
         """As :meth:`Store.keys`."""
+        ...
+
+    async def erase(self, scope: str, scope_id: str, *, dry_run: bool = False) -> Erased:
+        """As :meth:`Store.erase`."""
         ...
 
     def lock(self, key: StorageKey, timeout: float) -> AbstractAsyncContextManager[bool]:

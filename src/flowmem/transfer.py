@@ -18,20 +18,27 @@ user turn, and replaying that through append heals the call (MEM-3).
 Positions are the store's: an import renumbers them.
 
 Both are layers over :class:`~flowmem.Memory` (no rule is decided here).
+
+An import is idempotent per batch: each ``Memory.append`` carries an
+idempotency key derived from the batch itself (its conversation, the ordinal
+of its first message in that conversation, its messages), so running the same
+file again with the same ``batch`` — after an interruption, within the
+idempotency records' lifetime (24 h by default) — replays the batches
+already stored and stores each message exactly once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 from .errors import InvalidInput, KeyConflict, ScopeRefused
-from .ids import is_key_text
-from .memory import MAX_KEY_LENGTH, Memory
+from .memory import Memory
 from .messages import Message, canonical_message, json_copy
-from .scopes import SCOPES, ExecutionContext, resolve_scope
+from .scopes import SCOPES, ExecutionContext, check_key, resolve_scope
 
 __all__ = [
     "BATCH",
@@ -195,11 +202,10 @@ def parse_line(text: str, number: int) -> dict[str, Any]:
     for name in ("scope_id", "key"):
         if not isinstance(line.get(name), str):
             raise InvalidInput(f"line {number}: {name} must be a string")
-    key = line["key"]
-    # the same bounds Memory checks (MAX_KEY_LENGTH, is_key_text), checked before any write
-    if not key or len(key) > MAX_KEY_LENGTH or not is_key_text(key):
-        raise InvalidInput(f"line {number}: key must be a non-empty string of at most "
-                           f"{MAX_KEY_LENGTH} characters without NUL or lone surrogates")
+    try:  # the same bounds Memory checks, before any write
+        check_key(line["key"])
+    except InvalidInput as exc:
+        raise InvalidInput(f"line {number}: {exc}") from None
     try:
         resolve_scope(line["scope"], context_for(line["scope"], line["scope_id"]))
         if kind == "message":
@@ -225,6 +231,16 @@ class ImportSummary:
     appended: int = 0
     values: int = 0
     conversations: int = 0
+    replayed: int = 0
+    """Messages of batches an earlier (interrupted) run had already stored: not stored again."""
+
+
+def batch_key(where: tuple[str, str, str], first: int, messages: list[Message]) -> str:
+    """The idempotency key of one import batch: its conversation, the ordinal of its first
+    message in the file's conversation, and its messages (the same batch, the same key)."""
+    digest = hashlib.sha256(json.dumps([*where, first, messages], ensure_ascii=True,
+                                       sort_keys=True, separators=(",", ":")).encode())
+    return f"import:{digest.hexdigest()[:40]}"
 
 
 def import_lines(memory: Memory, lines: Iterable[str], *, batch: int = BATCH,
@@ -239,15 +255,20 @@ def import_lines(memory: Memory, lines: Iterable[str], *, batch: int = BATCH,
     summary = ImportSummary()
     pending: list[Message] = []
     target: tuple[str, str, str] | None = None
-    seen: set[tuple[str, str, str]] = set()
+    seen: dict[tuple[str, str, str], int] = {}  # conversation -> messages read so far
 
     def flush() -> None:
         if target is None or not pending:
             return
         scope, scope_id, key = target
-        result = memory.append(scope, key, pending, context=context_for(scope, scope_id))
-        summary.appended += result.appended
+        first = seen[target] - len(pending)
+        result = memory.append(scope, key, pending, context=context_for(scope, scope_id),
+                               idempotency_key=batch_key(target, first, pending))
         summary.messages += len(pending)
+        if result.replayed:  # stored by an earlier run: its figures are that run's
+            summary.replayed += len(pending)
+        else:
+            summary.appended += result.appended
         if progress is not None:
             progress(len(pending))
         pending.clear()
@@ -267,8 +288,9 @@ def import_lines(memory: Memory, lines: Iterable[str], *, batch: int = BATCH,
             target = None
             continue
         if where not in seen:
-            seen.add(where)
+            seen[where] = 0
             summary.conversations += 1
+        seen[where] += 1
         pending.append(line["message"])
     flush()
     return summary

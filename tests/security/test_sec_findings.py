@@ -16,9 +16,9 @@ from click.testing import CliRunner
 
 from attack_support import attack_world, case, expect, no_deviations
 from flowmem.access import Level
-from flowmem.cli import main
+from flowmem.cli._main import main
 from flowmem.server import Limits, Settings
-from flowmem.server.serving import LOOPBACK_HOSTS
+from flowmem.server._serving import LOOPBACK_HOSTS
 from server_support import World
 
 SHARED = [("global", {}), ("workflow", {"workflow_id": "wf-1"}),

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from attack_support import attack_http, case, expect, no_deviations
+from figures import Figure
 from server_support import flowmem, free_port, serving
 
 BUDGET = 10.0  # #9: idle and slow connections are closed within 10 s
@@ -62,7 +63,7 @@ def test_live_closed_by_default_hosts_and_tokens(tmp_path: Path) -> None:
     no_deviations("live ")
 
 
-def test_live_idle_and_slow_connections_are_closed(tmp_path: Path) -> None:
+def test_live_idle_and_slow_connections_are_closed(tmp_path: Path, figure: Figure) -> None:
     store = f"sqlite:///{tmp_path / 'idle.db'}"
     port = free_port()
     with serving(store, port):
@@ -109,7 +110,7 @@ def test_live_idle_and_slow_connections_are_closed(tmp_path: Path) -> None:
         case("live the kept-alive connection was answered first", b"200 OK" in kept_answer)
         for sock in everyone:
             sock.close()
-        print(f"\nidle/slow connections: {len(gone)} of {len(everyone)} closed within "
+        figure(f"\nidle/slow connections: {len(gone)} of {len(everyone)} closed within "
               f"{BUDGET:g} s")
     no_deviations("live every")
 

@@ -20,15 +20,15 @@ from typing import Any
 import pytest
 
 from attack_support import attack_world, case, expect, no_deviations
+from authz_matrix import MATRIX as SESSION_MATRIX
 from flowmem.access import Level
 from flowmem.server import Settings
 from server_support import World, app_routes
-from test_server_authz import MATRIX as SESSION_MATRIX
 
 GRANTS = {"svc": ["workflow:support-*:write", "global:*:read"], "reader": ["*:*:read"]}
 PRINCIPALS = ("anonymous", "owner", "viewer", "other", "admin", "svc", "reader")
 ROUTES = {"read": "read", "history": "read", "write": "write", "delete": "write",
-          "append": "write"}
+          "append": "write", "compact": "admin"}
 SCOPES: dict[str, tuple[str, dict[str, str], bool]] = {
     # name: (scope, context, with the seeded session)
     "global": ("global", {}, False),
@@ -59,6 +59,10 @@ def _grant_covers(principal: str, scope: str, scope_id: str, level: str) -> bool
 def expected(principal: str, scope_name: str, level: str, anonymous: str | None) -> int:
     """The rules of #9, stated independently of the implementation."""
     scope, context, with_session = SCOPES[scope_name]
+    if level == "admin":  # an edit of stored messages: the administrative tier (MEM-15)
+        if principal in ("anonymous", "admin"):
+            return 401 if principal == "anonymous" else 200
+        return 404 if with_session and principal not in ("owner", "viewer") else 403
     if principal == "anonymous":
         if with_session or anonymous is None:
             return 401
@@ -86,6 +90,8 @@ def _body(op: str, scope_name: str, world: World) -> dict[str, Any]:
         body["value"] = {"v": 1}
     elif op == "append":
         body["messages"] = [{"role": "user", "content": "m"}]
+    elif op == "compact":
+        body.update(keep_last=0, summary="s")
     return body
 
 
@@ -133,10 +139,3 @@ def test_the_matrices_cover_every_route() -> None:
     case("matrix covers the route list", memory | sessions == app_routes(world.app),
          str(app_routes(world.app) - memory - sessions))
     no_deviations("matrix covers")
-
-
-def test_matrix_size() -> None:
-    cells = len(PRINCIPALS) * len(SCOPES) * len(ROUTES) * 3
-    print(f"\nmemory matrix: {len(PRINCIPALS)} principals x {len(SCOPES)} scopes x "
-          f"{len(ROUTES)} routes x 3 anonymous modes = {cells} cells; session routes x "
-          f"grant holders = {len(SESSION_MATRIX) * 2}")

@@ -21,7 +21,7 @@ from typing import Any, Final
 
 from ..errors import InvalidInput
 from ..messages import Message, canonical_messages
-from ._common import Rendered
+from ._common import Rendered, opaque_entry, opaque_item
 from .anthropic import from_anthropic, render_anthropic, to_anthropic
 from .check import CHECKERS, Problem, check_anthropic, check_openai_chat, check_responses
 from .openai_chat import from_openai_chat, render_openai_chat, to_openai_chat
@@ -39,6 +39,8 @@ __all__ = [
     "from_anthropic",
     "from_openai_chat",
     "from_responses",
+    "opaque_entry",
+    "opaque_item",
     "render",
     "render_anthropic",
     "render_openai_chat",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import InvalidMessage, MessageTypeError
 from ..ids import call_id, result_id
@@ -37,9 +37,14 @@ from ._common import (
     extras,
     metadata,
     namespace,
+    output_within,
     prepare,
+    refuse_foreign,
 )
 from .parts import anthropic_block, part_text
+
+if TYPE_CHECKING:
+    from ..context import TokenCounter
 
 __all__ = ["from_anthropic", "render_anthropic", "to_anthropic"]
 
@@ -115,6 +120,7 @@ def _turn(message: Any, index: int) -> list[Message]:
     if not isinstance(message, Mapping):
         raise MessageTypeError(f"expected a message mapping, got {type(message).__name__}",
                                index=index, where=_WHERE)
+    refuse_foreign(message, index, _WHERE)
     role, content = message.get("role"), message.get("content")
     if role not in ("user", "assistant", "system"):
         raise InvalidMessage(f"role must be 'user' or 'assistant', got {role!r}",
@@ -162,12 +168,15 @@ def _blank(message: Message) -> bool:
 
 
 def _keep(messages: list[Message], losses: Losses) -> list[Message]:
-    """Empty user turns and every turn before the first user turn are dropped (counted)."""
+    """Empty user turns (with what made them empty) and every turn before the first
+    user turn are dropped (counted)."""
     kept: list[Message] = []
     seen_user = False
     for message in messages:
         role = message["role"]
-        if role == "user" and _empty(_content(message, "user", Losses())):
+        parts = Losses()
+        if role == "user" and _empty(_content(message, "user", parts)):
+            losses.merge(parts)
             losses.lose("empty user turn")
         elif role == "system" or seen_user or role == "user":
             seen_user = seen_user or role == "user"
@@ -230,6 +239,7 @@ def _tool_result(message: Message, losses: Losses) -> Block:
 
 def _system(messages: list[Message], losses: Losses) -> str | list[Block] | None:
     if len(messages) == 1 and isinstance(messages[0].get("content"), str):
+        _lose_foreign(messages[0], ("name",), losses)
         text: str = messages[0]["content"]
         if text:
             return text
@@ -237,6 +247,7 @@ def _system(messages: list[Message], losses: Losses) -> str | list[Block] | None
         return None
     blocks: list[Block] = []
     for message in messages:
+        _lose_foreign(message, ("name",), losses)
         for block in _as_blocks(_content(message, "system", losses)):
             if part_text(block) is None:
                 losses.lose(f"{block.get('type')} part in system")
@@ -258,7 +269,8 @@ def render_anthropic(history: Sequence[Message]) -> Rendered:
     """``history`` as a sendable Anthropic payload, with what was dropped (MEM-5)."""
     losses = Losses()
     repaired, dropped = prepare(history, carried=_carried, blank=_blank,
-                                keep=lambda ms: _keep(ms, losses), losses=losses)
+                                lose_turn=_assistant_turn, keep=lambda ms: _keep(ms, losses),
+                                losses=losses)
     systems = [m for m in repaired if m["role"] == "system"]
     turns: list[dict[str, Any]] = []
     for message in repaired:
@@ -277,7 +289,14 @@ def render_anthropic(history: Sequence[Message]) -> Rendered:
     return Rendered(payload, dropped + losses.counts.total(), dict(losses.counts))
 
 
-def to_anthropic(history: Sequence[Message]) -> dict[str, Any]:
-    """``history`` as ``{"system"?, "messages"}`` for ``client.messages.create(**payload)``."""
-    payload: dict[str, Any] = render_anthropic(history).output
-    return payload
+def to_anthropic(history: Sequence[Message], *, max_tokens: int | None = None,
+                 counter: TokenCounter | None = None, keep_system: bool = True) -> dict[str, Any]:
+    """``history`` as ``{"system"?, "messages"}`` for ``client.messages.create(**payload)``.
+
+    ``max_tokens=N``: only the newest whole turns whose count (by ``counter``,
+    on this output) is within ``N`` (:func:`flowmem.context.fit`, which also
+    says the count and what was left out).
+    """
+    result: dict[str, Any] = output_within(
+        history, "anthropic", render_anthropic, max_tokens, counter, keep_system)
+    return result

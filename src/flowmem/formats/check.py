@@ -171,11 +171,15 @@ def _anthropic_turn(index: int, message: Any, previous: set[str],
 
 
 def check_anthropic(payload: Any) -> list[Problem]:
-    """Anthropic: first turn ``user``, strict alternation, no empty content, every
-    ``tool_use`` answered in the very next user turn (results first), no id twice."""
+    """Anthropic: at least one turn, the first ``user``, strict alternation, no empty
+    content, every ``tool_use`` answered in the very next user turn (results
+    first), no id twice."""
     given = payload.get("messages") if isinstance(payload, Mapping) else payload
     messages: list[Any] = given if isinstance(given, list) else []
     problems: list[Problem] = []
+    if not messages:
+        problems.append(Problem(0, "anthropic.messages", "no messages: Anthropic needs at "
+                                "least one user turn"))
     previous_role: str | None = None
     previous: set[str] = set()
     declared: set[str] = set()

@@ -19,7 +19,7 @@ parts kept where Chat allows them for the role. What Chat cannot carry
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..ids import call_id, result_id
 from ..messages import Message, canonical_message
@@ -36,9 +36,13 @@ from ._common import (
     content_parts,
     metadata,
     namespace,
+    output_within,
     prepare,
 )
 from .parts import chat_part
+
+if TYPE_CHECKING:
+    from ..context import TokenCounter
 
 __all__ = ["from_openai_chat", "render_openai_chat", "to_openai_chat"]
 
@@ -53,8 +57,8 @@ def from_openai_chat(messages: Sequence[Mapping[str, Any]] | Mapping[str, Any]) 
     """
     out: list[Message] = []
     for index, message in enumerate(as_items(messages, "openai")):
-        if isinstance(message, Mapping) and message.get("role") in _STORED_AS:
-            role = message["role"]
+        role = message.get("role") if isinstance(message, Mapping) else None
+        if isinstance(role, str) and role in _STORED_AS:  # any other role: checked below
             given = message.get("metadata")
             marked = {**(given if isinstance(given, Mapping) else {}), ORIGINAL_ROLE: role}
             message = {**message, "role": _STORED_AS[role], "metadata": marked}
@@ -121,12 +125,21 @@ def _message(message: Message, losses: Losses) -> dict[str, Any]:
 def render_openai_chat(history: Sequence[Message]) -> Rendered:
     """``history`` as sendable OpenAI Chat messages, with what was dropped (MEM-5)."""
     losses = Losses()
-    repaired, dropped = prepare(history, carried=carried_call, blank=_blank, losses=losses)
+    repaired, dropped = prepare(history, carried=carried_call, blank=_blank,
+                                lose_turn=_message, losses=losses)
     output = [_message(message, losses) for message in repaired]
     return Rendered(output, dropped + losses.counts.total(), dict(losses.counts))
 
 
-def to_openai_chat(history: Sequence[Message]) -> list[dict[str, Any]]:
-    """``history`` as sendable ``messages`` for ``client.chat.completions.create``."""
-    output: list[dict[str, Any]] = render_openai_chat(history).output
-    return output
+def to_openai_chat(history: Sequence[Message], *, max_tokens: int | None = None,
+                   counter: TokenCounter | None = None, keep_system: bool = True,
+                   ) -> list[dict[str, Any]]:
+    """``history`` as sendable ``messages`` for ``client.chat.completions.create``.
+
+    ``max_tokens=N``: only the newest whole turns whose count (by ``counter``,
+    on this output) is within ``N`` (:func:`flowmem.context.fit`, which also
+    says the count and what was left out).
+    """
+    result: list[dict[str, Any]] = output_within(
+        history, "openai", render_openai_chat, max_tokens, counter, keep_system)
+    return result

@@ -10,17 +10,22 @@ stored as ``system`` with ``metadata["openai_role"]``). Item fields flowmem
 does not model (item ``id``, ``status``, ``phase``, ...) are kept under
 ``metadata["responses"]["item"]`` (calls: under ``"responses"`` in the call
 entry); reasoning and every other item type are kept verbatim, in order,
-under ``metadata["responses"]["items"]`` of the turn they precede.
+under ``metadata["responses"]["items"]`` of the turn they precede; an item
+reference (``{"id"}``, ``type`` absent or ``"item_reference"``) is such an item.
 
 Out: the MEM-5 structural repair, then items in that same order; every
 ``function_call`` is followed by the output paired with it by ``call_id``.
+Items that came in as Responses items come out as they came in, field for
+field (an assistant message's ``output_text`` parts with their annotations
+and logprobs included); an assistant message whose parts came from another
+dialect is sent as text, as an easy input message takes it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from ..errors import InvalidMessage, MessageTypeError
 from ..ids import call_id, result_id
@@ -39,9 +44,14 @@ from ._common import (
     extras,
     metadata,
     namespace,
+    output_within,
     prepare,
+    refuse_foreign,
 )
 from .parts import part_text, responses_part
+
+if TYPE_CHECKING:
+    from ..context import TokenCounter
 
 __all__ = ["from_responses", "render_responses", "to_responses"]
 
@@ -126,10 +136,17 @@ def _input_message(item: Mapping[str, Any], index: int) -> Message:
                               "metadata": meta}, index=index, where=_WHERE)
 
 
+def _is_reference(item: Mapping[str, Any]) -> bool:
+    """An item reference: ``{"id"}`` with ``type`` absent or ``"item_reference"``."""
+    return item.get("type") in (None, "item_reference") and "role" not in item and \
+        isinstance(item.get("id"), str)
+
+
 def _is_message(item: Mapping[str, Any], index: int) -> bool:
-    if item.get("type") not in (None, "message"):
+    if item.get("type") not in (None, "message") or _is_reference(item):
         return False
-    if item.get("role") not in _ROLES:
+    role = item.get("role")
+    if not isinstance(role, str) or role not in _ROLES:
         raise InvalidMessage(f"role must be one of {sorted(_ROLES)}, got {item.get('role')!r}",
                              index=index, field="role", where=_WHERE)
     return True
@@ -145,7 +162,11 @@ def from_responses(items: Sequence[Mapping[str, Any]] | Mapping[str, Any] | str)
         if not isinstance(item, Mapping):
             raise MessageTypeError(f"expected an item mapping, got {type(item).__name__}",
                                    index=index, where=_WHERE)
+        refuse_foreign(item, index, _WHERE)
         kind = item.get("type")
+        if kind is not None and not isinstance(kind, str):
+            raise MessageTypeError(f"type must be a string, got {type(kind).__name__}",
+                                   index=index, field="type", where=_WHERE)
         is_message = _is_message(item, index)
         step = ("assistant" if is_message and item["role"] == "assistant" else
                 "input" if is_message or kind in _OUTPUTS else
@@ -204,6 +225,18 @@ def _input(message: Message, losses: Losses) -> dict[str, Any]:
     return item
 
 
+def _own_parts(message: Message, item: Mapping[str, Any]) -> bool:
+    """Whether an assistant message's parts are sent as parts: an output message
+    (``id`` and ``status``), or parts that came in as Responses ``output_text``
+    (kept as given: annotations, logprobs). Parts of another dialect (Chat
+    ``text``, Anthropic blocks) are joined, as an easy input message takes text."""
+    if "id" in item and "status" in item:
+        return True
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(p, Mapping) and p.get("type") == "output_text" for p in content)
+
+
 def _assistant_message(message: Message, losses: Losses) -> dict[str, Any] | None:
     item = dict(namespace(message, RESPONSES).get("item") or {})
     content = _parts(message, "assistant", losses)
@@ -211,11 +244,8 @@ def _assistant_message(message: Message, losses: Losses) -> dict[str, Any] | Non
         if item:
             losses.lose("responses item field", len(item))
         return None
-    if "id" in item and "status" in item:  # an output message: parts
-        if isinstance(content, str):
-            content = [{"type": "output_text", "text": content, "annotations": []}]
-    elif isinstance(content, list):  # an easy input message takes text
-        texts = [part_text(p) for p in content]
+    if isinstance(content, list) and not _own_parts(message, item):
+        texts = [part_text(p) for p in content]  # an easy input message takes text
         losses.lose("refusal part", sum(t is None for t in texts))
         content = "\n".join(t for t in texts if t is not None)
     item.update(role="assistant", content=content)
@@ -261,7 +291,9 @@ def _result(message: Message, customs: set[str], losses: Losses) -> dict[str, An
 def render_responses(history: Sequence[Message]) -> Rendered:
     """``history`` as sendable Responses input items, with what was dropped (MEM-5)."""
     losses = Losses()
-    repaired, dropped = prepare(history, carried=carried_call, blank=_blank, losses=losses)
+    repaired, dropped = prepare(history, carried=carried_call, blank=_blank,
+                                lose_turn=lambda turn, lost: _assistant(turn, set(), lost),
+                                losses=losses)
     customs: set[str] = set()
     output: list[dict[str, Any]] = []
     for message in repaired:
@@ -275,7 +307,15 @@ def render_responses(history: Sequence[Message]) -> Rendered:
     return Rendered(output, dropped + losses.counts.total(), dict(losses.counts))
 
 
-def to_responses(history: Sequence[Message]) -> list[dict[str, Any]]:
-    """``history`` as sendable ``input`` items for ``client.responses.create``."""
-    output: list[dict[str, Any]] = render_responses(history).output
-    return output
+def to_responses(history: Sequence[Message], *, max_tokens: int | None = None,
+                 counter: TokenCounter | None = None, keep_system: bool = True,
+                   ) -> list[dict[str, Any]]:
+    """``history`` as sendable ``input`` items for ``client.responses.create``.
+
+    ``max_tokens=N``: only the newest whole turns whose count (by ``counter``,
+    on this output) is within ``N`` (:func:`flowmem.context.fit`, which also
+    says the count and what was left out).
+    """
+    result: list[dict[str, Any]] = output_within(
+        history, "responses", render_responses, max_tokens, counter, keep_system)
+    return result

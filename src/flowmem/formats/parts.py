@@ -29,6 +29,13 @@ _ANTHROPIC_PASS: Final = frozenset({
 })
 _ANTHROPIC_USER: Final = frozenset({"image", "document", "search_result", "container_upload"})
 _ANTHROPIC_TOOL: Final = frozenset({"image", "document", "search_result"})
+_TEXT_FIELDS: Final = frozenset({"type", "text"})
+_IMAGE_FIELDS: Final = frozenset({"type", "image_url", "detail", "source"})
+"""What an image conversion reads, in any dialect (the rest is counted lost)."""
+_FILE_FIELDS: Final = frozenset({"type", "file", "file_data", "file_id", "filename",
+                                 "source", "title"})
+"""What a file conversion reads, in any dialect (a document's ``context``,
+``citations``, ``cache_control`` are counted lost)."""
 
 
 def part_text(part: Mapping[str, Any]) -> str | None:
@@ -93,7 +100,7 @@ def chat_part(part: Mapping[str, Any], role: str, losses: Losses) -> Part | None
     kind = part.get("type")
     text = part_text(part)
     if text is not None:
-        _lose_extras(part, frozenset({"type", "text", "annotations", "logprobs"}), losses)
+        _lose_extras(part, _TEXT_FIELDS, losses)
         return {"type": "text", "text": text}
     if kind == "refusal" and role == "assistant" and isinstance(part.get("refusal"), str):
         return {"type": "refusal", "refusal": part["refusal"]}
@@ -114,10 +121,11 @@ def _chat_user_part(part: Mapping[str, Any], losses: Losses) -> Part | None:
         body: dict[str, Any] = {"url": url}
         if detail in ("auto", "low", "high"):
             body["detail"] = detail
-        _lose_extras(part, frozenset({"type", "image_url", "detail", "source"}), losses)
+        _lose_extras(part, _IMAGE_FIELDS, losses)
         return {"type": "image_url", "image_url": body}
     data, file_id, filename = _file_data(part)
     if data is not None or file_id is not None:
+        _lose_extras(part, _FILE_FIELDS, losses)
         file = {k: v for k, v in (("file_data", data), ("file_id", file_id),
                                   ("filename", filename)) if v is not None}
         return {"type": "file", "file": file}
@@ -136,7 +144,7 @@ def anthropic_block(part: Mapping[str, Any], role: str, losses: Losses) -> Part 
         if kind == "text":
             block = dict(part)
         else:
-            _lose_extras(part, frozenset({"type", "text", "annotations", "logprobs"}), losses)
+            _lose_extras(part, _TEXT_FIELDS, losses)
             block = {"type": "text", "text": text}
         if text == "":
             losses.lose("empty text block")
@@ -166,6 +174,7 @@ def _anthropic_media(part: Mapping[str, Any], losses: Losses) -> Part | None:
             return None
         if detail not in (None, "auto"):
             losses.lose(f"{part.get('type')}.detail")
+        _lose_extras(part, _IMAGE_FIELDS, losses)
         return {"type": "image", "source": source}
     file_data, _file_id, filename = _file_data(part)
     data = _data_url(file_data)
@@ -174,6 +183,7 @@ def _anthropic_media(part: Mapping[str, Any], losses: Losses) -> Part | None:
                                                       "media_type": data[0], "data": data[1]}}
         if filename:
             block["title"] = filename
+        _lose_extras(part, _FILE_FIELDS, losses)
         return block
     return None
 
@@ -194,26 +204,28 @@ def responses_part(part: Mapping[str, Any], role: str, losses: Losses) -> Part |
     elif text is not None:
         if kind == "input_text":
             return dict(part)
-        _lose_extras(part, frozenset({"type", "text", "annotations", "logprobs"}), losses)
+        _lose_extras(part, _TEXT_FIELDS, losses)
         return {"type": "input_text", "text": text}
     elif kind in ("input_image", "input_file"):
         return dict(part)
     else:
-        rendered = _responses_media(part)
+        rendered = _responses_media(part, losses)
         if rendered is not None:
             return rendered
     losses.lose(f"{kind} part")
     return None
 
 
-def _responses_media(part: Mapping[str, Any]) -> Part | None:
+def _responses_media(part: Mapping[str, Any], losses: Losses) -> Part | None:
     url, detail = _image_url(part)
     if url is not None:
+        _lose_extras(part, _IMAGE_FIELDS, losses)
         return {"type": "input_image", "image_url": url,
                 "detail": detail if detail in ("auto", "low", "high") else "auto"}
     data, file_id, filename = _file_data(part)
     if data is None and file_id is None:
         return None
+    _lose_extras(part, _FILE_FIELDS, losses)
     rendered: Part = {"type": "input_file"}
     for key, value in (("file_data", data), ("file_id", file_id), ("filename", filename)):
         if value is not None:

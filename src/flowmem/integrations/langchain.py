@@ -3,8 +3,9 @@
 :class:`FlowmemChatMessageHistory` is a ``BaseChatMessageHistory`` whose
 messages live in a flowmem conversation, so every ``add_messages`` is a
 flowmem append with the GR-MEM rules: a re-fired ``ToolMessage`` is stored
-once (MEM-1), a re-sent ``AIMessage`` whose every tool call is already
-declared is dropped (MEM-2), an interrupted call is healed before the next
+once (MEM-1), a re-sent ``AIMessage`` is dropped (MEM-2; under the history's
+default ``call_ids="per_turn"`` a new ``AIMessage`` reusing an answered call id
+is a new call, :mod:`flowmem.call_ids`), an interrupted call is healed before the next
 ``HumanMessage`` (MEM-3) and its late result replaces the placeholder in
 place (MEM-10). :data:`sendable` (``prompt | sendable | model``) gives the
 model MEM-5's structural repairs of what it is about to receive.
@@ -50,6 +51,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("langchain-core", "langchain") from exc
 
 from ..async_memory import AsyncMemory
+from ..call_ids import CallIds
 from ..ids import call_entries, call_id, is_healed, result_id
 from ..memory import Memory
 from ..messages import ROLES, Message, json_copy
@@ -196,17 +198,21 @@ def _blank(message: Message) -> bool:
     return content is None or content == "" or content == []
 
 
-def sendable_messages(messages: PromptValue | Sequence[BaseMessage]) -> list[BaseMessage]:
+def sendable_messages(messages: PromptValue | Sequence[BaseMessage], *,
+                      call_ids: CallIds = "per_turn") -> list[BaseMessage]:
     """The messages with MEM-5's structural repairs, payloads kept (what a model may get).
 
     System first; an unanswered call answered by the interrupted placeholder
     right after its turn's block; a duplicate or orphan result dropped; a
     result outside its turn's block moved into it; no leading result.
-    Messages that need no repair come back as they were.
+    Messages that need no repair come back as they were. ``call_ids`` is the
+    call-id policy, ``"per_turn"`` as the history's: a call id a later
+    ``AIMessage`` declares again is a new call, answered in its own block
+    (``"strict"`` removes it from the later turn, MEM-5 as stated).
     """
     if isinstance(messages, PromptValue):
         messages = messages.to_messages()
-    repaired, _ = repair_pairing(to_entries(messages), blank=_blank)
+    repaired, _ = repair_pairing(to_entries(messages), blank=_blank, call_ids=call_ids)
     return from_entries(repaired)
 
 
@@ -237,15 +243,22 @@ class FlowmemChatMessageHistory(BaseChatMessageHistory):
     and the model (``prompt | sendable | model``) so the model gets the
     call answered. A history cannot do it on read: the next input may be
     the call's real result.
+
+    ``call_ids`` is the call-id policy of its appends (:mod:`flowmem.call_ids`),
+    ``"per_turn"`` by default: LangChain messages carry their own ids, and
+    models that reuse call ids across turns (``"1"``, ``"call_0"``) are common
+    there, so a new ``AIMessage`` re-declaring an answered id is a new call,
+    not a duplicate. ``call_ids="strict"`` applies MEM-2 as the spec states it.
+    ``memory`` is the given memory under that policy (the same store).
     """
 
     def __init__(self, memory: Memory | AsyncMemory, scope: str, key: str, *,
                  context: ExecutionContext | None = None,
-                 max_messages: int | None = None) -> None:
+                 max_messages: int | None = None, call_ids: CallIds = "per_turn") -> None:
         if not isinstance(memory, Memory | AsyncMemory):
             raise MessageTypeError(f"memory must be a flowmem Memory or AsyncMemory, "
                                    f"got {type(memory).__name__}")
-        self.memory = memory
+        self.memory = memory.with_call_ids(call_ids)
         self.scope = scope
         self.key = key
         self.context = context

@@ -19,7 +19,11 @@ the state are appended by tool call id with the buffer rules of
 :mod:`flowmem.plan` (the one place they are decided):
 
 - MEM-1: a ``ToolMessage`` for a call that already has a result is dropped;
-- MEM-2: an ``AIMessage`` whose every tool call id is already declared is dropped;
+- MEM-2: an ``AIMessage`` whose every tool call id is already declared is dropped —
+  under the default ``call_ids="per_turn"`` (:mod:`flowmem.call_ids`) a new message
+  re-declaring an answered id is a new call (LangGraph's messages carry their own
+  ids, and scripted and local models reuse call ids); ``call_ids="strict"`` is the
+  spec's reading;
 - MEM-3: before a ``HumanMessage``, every unanswered call gets an interrupted
   ``ToolMessage`` (``status="error"``, ``additional_kwargs={"healed": True}``)
   right after its turn's block of results;
@@ -40,9 +44,7 @@ Requires ``pip install 'flowmem[langgraph]'``.
 
 from __future__ import annotations
 
-import threading
 import uuid
-from collections import OrderedDict
 from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, Final
@@ -53,12 +55,9 @@ from ..errors import MissingDependency
 
 try:
     from langchain_core.messages import (
-        AIMessage,
         AnyMessage,
         BaseMessage,
         BaseMessageChunk,
-        ChatMessage,
-        HumanMessage,
         RemoveMessage,
         ToolMessage,
         convert_to_messages,
@@ -69,7 +68,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("langgraph", "langgraph") from exc
 
-from ..entries import derive_indexes
+from ..call_ids import CallIds, PerTurn, caller_id, check_call_ids
 from ..ids import is_healed
 from ..messages import Message, healed_placeholder
 from ..plan import (
@@ -81,7 +80,9 @@ from ..plan import (
     mentioned_ids,
     needs_pending,
     plan_append,
+    stored_ids,
 )
+from ._langgraph_index import Index, pairing, remember, role_only, take
 from .langchain import from_entry
 
 __all__ = ["REMOVE_ALL_MESSAGES", "MessagesState", "add_messages"]
@@ -90,19 +91,22 @@ _FORMATS: Final = ("langchain-openai",)
 
 
 def add_messages(left: Any = None, right: Any = None, *,
-                 format: str | None = None) -> Any:
+                 format: str | None = None, call_ids: CallIds = "per_turn") -> Any:
     """Merge ``right`` into ``left`` as LangGraph does, with the GR-MEM rules (module doc).
 
-    Called with ``format`` only (``add_messages(format="langchain-openai")``)
-    it returns the reducer with that option, as LangGraph's does.
+    Called with options only (``add_messages(format="langchain-openai")``,
+    ``add_messages(call_ids="strict")``) it returns the reducer with them, as
+    LangGraph's does. ``call_ids``: the call-id policy, ``"per_turn"`` by default
+    (module doc).
     """
+    per_turn = check_call_ids(call_ids) == "per_turn"
     if left is None and right is None:
-        reducer: Callable[..., Any] = partial(_merge, format=format)
+        reducer: Callable[..., Any] = partial(_merge, format=format, per_turn=per_turn)
         return reducer
     if left is None or right is None:
         raise ValueError("Must specify non-null arguments for both 'left' and 'right'. "
                          f"Only received: '{'left' if left is not None else 'right'}'.")
-    return _merge(left, right, format=format)
+    return _merge(left, right, format=format, per_turn=per_turn)
 
 
 class MessagesState(TypedDict):
@@ -120,11 +124,12 @@ def _coerce(messages: Any) -> list[BaseMessage]:
             for m in convert_to_messages(items)]
 
 
-def _merge(left: Any, right: Any, *, format: str | None = None) -> list[BaseMessage]:
+def _merge(left: Any, right: Any, *, format: str | None = None,
+           per_turn: bool = True) -> list[BaseMessage]:
     if format is not None and format not in _FORMATS:
         raise ValueError(f"Unrecognized {format=}. Expected one of 'langchain-openai', None.")
     state, incoming = _coerce(left), _coerce(right)
-    known = _take(state)
+    known = take(state, per_turn)
     if known is None:  # a state this reducer returned has every id already
         for message in state:
             if message.id is None:
@@ -140,7 +145,7 @@ def _merge(left: Any, right: Any, *, format: str | None = None) -> list[BaseMess
     merged, new, changed = _by_id(state, incoming, None if known is None else known.ids)
     if changed:
         known = None
-    merged = _with_rules(merged, new, known)
+    merged = _with_rules(merged, new, known, per_turn)
     if format == "langchain-openai":
         merged = convert_to_messages(convert_to_openai_messages(merged))
     return merged
@@ -184,117 +189,46 @@ def _by_id(state: list[BaseMessage], incoming: list[BaseMessage],
     return merged, [m for key, m in new.items() if key not in removed], changed
 
 
-def _pairing(message: BaseMessage) -> Message | None:
-    """What the rules read of a message (ids through :mod:`flowmem.ids`), or ``None``."""
-    if isinstance(message, ToolMessage):
-        view: Message = {"role": "tool", "tool_call_id": message.tool_call_id}
-        if message.additional_kwargs.get("healed") is True:
-            view["healed"] = True
-        return view
-    if isinstance(message, AIMessage) and message.tool_calls:
-        return {"role": "assistant", "tool_calls": message.tool_calls}
-    return None
-
-
-def _role_only(message: BaseMessage) -> Message:
-    """A fresh view per message (the plan's operations are mapped back by identity)."""
-    if isinstance(message, HumanMessage) or (isinstance(message, ChatMessage)
-                                             and message.role == "user"):
-        return {"role": "user"}
-    return {"role": "assistant" if isinstance(message, AIMessage) else "system"}
-
-
 def _placeholder(call_id: str) -> BaseMessage:
-    message = from_entry(healed_placeholder(call_id))
+    message = from_entry(healed_placeholder(caller_id(call_id)))
     message.id = str(uuid.uuid4())
     return message
 
 
-class _Index:
-    """The ids and pairing indexes of a state this reducer returned (positions in it).
-
-    Derived once by :func:`flowmem.entries.derive_indexes` and then grown by
-    the messages each update appends (the index moves to the new state; the
-    old state, reduced again, is derived anew), so an update costs what it
-    adds; a heal inside the state, a replacement or a removal derives it again.
-    """
-
-    __slots__ = ("calls", "ids", "length", "pending", "results", "state")
-
-    def __init__(self, state: list[BaseMessage]) -> None:
-        found = _derive(state, 0)
-        self.state, self.length = state, len(state)
-        self.ids = {m.id: i for i, m in enumerate(state)}
-        self.results, self.calls = found.results, found.calls
-        self.pending = {p.call_id: p for p in found.pending}
-
-    def grown(self, state: list[BaseMessage], start: int) -> _Index:
-        """This index moved to ``state``, whose first ``start`` messages it describes."""
-        found = _derive(state, start)
-        for i in range(start, len(state)):
-            self.ids[state[i].id] = i
-        for call, spots in found.results.items():
-            self.results.setdefault(call, []).extend(spots)
-            self.pending.pop(call, None)
-        for call, turns in found.calls.items():
-            self.calls.setdefault(call, []).extend(turns)
-        for pending in found.pending:
-            if pending.call_id not in self.results:
-                self.pending.setdefault(pending.call_id, pending)
-        self.state, self.length = state, len(state)
-        return self
-
-
-def _derive(state: list[BaseMessage], start: int) -> Any:
-    return derive_indexes((i, view) for i, view in
-                          ((i, _pairing(state[i])) for i in range(start, len(state))) if view)
-
-
-_CACHE: OrderedDict[int, _Index] = OrderedDict()
-_CACHE_SIZE: Final = 64
-"""States whose indexes are kept (threads reduced at once); the oldest is dropped."""
-_CACHE_LOCK: Final = threading.Lock()
-
-
-def _take(state: list[BaseMessage]) -> _Index | None:
-    """The kept index of ``state``, taken out (one update owns it), or ``None``."""
-    with _CACHE_LOCK:
-        index = _CACHE.pop(id(state), None)
-    if index is None or index.state is not state or index.length != len(state):
-        return None
-    return index
-
-
-def _remember(index: _Index) -> list[BaseMessage]:
-    with _CACHE_LOCK:
-        _CACHE[id(index.state)] = index
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    return index.state
-
-
 def _with_rules(merged: list[BaseMessage], new: list[BaseMessage],
-                known: _Index | None) -> list[BaseMessage]:
-    """Append ``new`` to ``merged`` as :func:`flowmem.plan.plan_append` decides."""
-    indexes = known if known is not None else _Index(merged)
+                known: Index | None, per_turn: bool = False) -> list[BaseMessage]:
+    """Append ``new`` to ``merged`` as :func:`flowmem.plan.plan_append` decides (under the
+    ``per_turn`` policy, on the stored ids :func:`flowmem.call_ids.assign` gives)."""
+    indexes = known if known is not None else Index(merged, per_turn)
     if not new:
-        return _remember(indexes if known is None else known.grown(merged, len(merged)))
-    views = [_pairing(m) or _role_only(m) for m in new]
-    source = {id(view): message for view, message in zip(views, new, strict=True)}
-    mentioned = mentioned_ids(views)
-    plan = plan_append(BufferView(
-        results={call: is_healed(_pairing(merged[indexes.results[call][0]]) or {})
+        return remember(indexes if known is None else known.grown(merged, len(merged)))
+    views = [pairing(m, per_turn) or role_only(m) for m in new]
+    batch: list[Message] = PerTurn(views) if per_turn else views
+    mentioned = mentioned_ids(batch)
+    view = BufferView(
+        results={call: is_healed(pairing(merged[indexes.results[call][0]]) or {})
                  for call in mentioned if call in indexes.results},
         declared={call for call in mentioned if call in indexes.calls},
-        pending=list(indexes.pending.values()) if needs_pending(views) else ()), views)
+        pending=list(indexes.pending.values()) if needs_pending(batch) else ())
+    if per_turn:  # the stored ids first, then the rules on them (no store keeps them here)
+        view, views = stored_ids(indexes.facts(view, batch, merged), views)
+    source = {id(view): message for view, message in zip(views, new, strict=True)}
+    plan = plan_append(view, views)
     stored = len(merged)
-    out, inside = _apply(merged, plan.ops, source, indexes.results)
-    return _remember(_Index(out) if inside else indexes.grown(out, stored))
+    read: dict[int, Message] | None = {} if per_turn else None
+    out, inside = _apply(merged, plan.ops, source, indexes.results, read)
+    if inside:
+        kept = None if read is None else {**(indexes.read or {}), **read}
+        return remember(Index(out, per_turn, kept and {id(m): kept[id(m)] for m in out
+                                                         if id(m) in kept}))
+    return remember(indexes.grown(out, stored, read))
 
 
 def _apply(merged: list[BaseMessage], ops: Any, source: dict[int, BaseMessage],
-           results: dict[str, list[int]]) -> tuple[list[BaseMessage], bool]:
-    """The state after the plan's operations, and whether it changed inside ``merged``."""
+           results: dict[str, list[int]], read: dict[int, Message] | None = None,
+           ) -> tuple[list[BaseMessage], bool]:
+    """The state after the plan's operations, and whether it changed inside ``merged``
+    (``read`` receives what the rules read of each message added, by object)."""
     after: dict[int, list[BaseMessage]] = {}  # placeholders after a stored index
     tail: list[BaseMessage] = []
     added: dict[int, BaseMessage] = {}
@@ -303,6 +237,8 @@ def _apply(merged: list[BaseMessage], ops: Any, source: dict[int, BaseMessage],
         if isinstance(op, AddEntry):
             added[op.ordinal] = source[id(op.message)]
             tail.append(added[op.ordinal])
+            if read is not None:
+                read[id(added[op.ordinal])] = op.message
         elif isinstance(op, ReplacePlaceholder):
             real = source[id(op.message)]
             if op.call_id in healed_here:
@@ -310,8 +246,13 @@ def _apply(merged: list[BaseMessage], ops: Any, source: dict[int, BaseMessage],
                 holder[next(i for i, m in enumerate(holder) if m is placeholder)] = real
             else:
                 merged[results[op.call_id][0]] = real
+            if read is not None:
+                read[id(real)] = op.message
         elif isinstance(op, HealTurn):
             placeholders = [_placeholder(call) for call in op.call_ids]
+            if read is not None:
+                read.update((id(p), healed_placeholder(c))
+                            for p, c in zip(placeholders, op.call_ids, strict=True))
             if isinstance(op.turn, NewTurn):
                 new_turn = added[op.turn.ordinal]
                 turn, end = next(i for i, m in enumerate(tail) if m is new_turn), None

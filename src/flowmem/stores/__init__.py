@@ -63,6 +63,9 @@ def open_store(url: str | None = None) -> Store:
     if scheme == "postgresql":
         from .postgres import PostgresStore
 
+        if "replica=" in url:
+            raise InvalidStoreURL("replica= (read replicas) is for the asyncio face: "
+                                  "flowmem serve or AsyncMemory")
         return PostgresStore.from_url(url)
     from .redis import RedisStore
 
@@ -77,17 +80,21 @@ def open_async_store(url: str | None = None) -> AsyncStore:
     """
     scheme, url = _scheme(url)
     if scheme == "memory":
-        from .embedded_async import AsyncInMemoryStore
+        from .memory import AsyncInMemoryStore
 
         return AsyncInMemoryStore()
     if scheme == "sqlite":
-        from .embedded_async import AsyncSQLiteStore
+        from .sqlite import AsyncSQLiteStore
 
         return AsyncSQLiteStore.from_url(url)
     if scheme == "postgresql":
-        from .postgres_async import AsyncPostgresStore
+        from .postgres import AsyncPostgresStore
 
+        if "replica=" in url:  # read replicas with read-your-writes
+            from .postgres._replicas import AsyncReplicaRouted
+
+            return AsyncReplicaRouted.from_url(url)
         return AsyncPostgresStore.from_url(url)
-    from .redis_async import AsyncRedisStore
+    from .redis import AsyncRedisStore
 
     return AsyncRedisStore.from_url(url)

@@ -13,42 +13,25 @@ from __future__ import annotations
 
 import json
 import threading
-import uuid
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from ..buffer import append as model_append
-from ..errors import IdempotencyConflict, InvalidInput, KeyConflict
+from ..errors import InvalidInput, KeyConflict
 from ..messages import HEALED_CONTENT, Message, canonical_messages
 from ..scopes import StorageKey
-from ..store import Idempotency, Store
+from ..store import DeleteOutcome, Idempotency, Store
+from ._contract_messages import assistant, fresh_key, tool, user
+from ._contract_retries import RetryContract
+from .contract_call_ids import CallIdsContract
+from .contract_erasure import ErasureContract
+from .contract_retention import RetentionContract
 from .contract_tail import TailContract
 
 __all__ = ["StoreContract", "fresh_key"]
-
-
-def fresh_key(scope: str = "workflow", name: str = "conv") -> StorageKey:
-    """A storage key no other test uses."""
-    return StorageKey(scope, f"t-{uuid.uuid4().hex}", name)
-
-
-def user(text: str) -> Message:
-    return {"role": "user", "content": text}
-
-
-def assistant(*ids: str, spelling: str = "id") -> Message:
-    calls = [{spelling: i, "type": "function", "function": {"name": "f", "arguments": "{}"}}
-             for i in ids]
-    return {"role": "assistant", "content": None, "tool_calls": calls}
-
-
-def tool(call: str, content: str = "ok", *, healed: bool = False) -> Message:
-    message: Message = {"role": "tool", "tool_call_id": call, "content": content}
-    if healed:
-        message["metadata"] = {"healed": True}
-    return message
 
 
 def _append(store: Store, key: StorageKey, incoming: list[Message],
@@ -65,7 +48,8 @@ def _messages(store: Store, key: StorageKey) -> list[Message]:
     return value
 
 
-class StoreContract(TailContract):
+class StoreContract(RetryContract, TailContract, RetentionContract, CallIdsContract,
+                    ErasureContract):
     """Conformance tests; subclass and provide the ``store`` fixture."""
 
     @pytest.fixture
@@ -83,9 +67,9 @@ class StoreContract(TailContract):
         assert store.read(key) == (True, {"a": [1, 2.5, None, True], "b": "x"})
         store.write(key, "second")
         assert store.read(key) == (True, "second")
-        assert store.delete(key) is True
+        assert store.delete(key) == DeleteOutcome(found=True, replayed=False)
         assert store.read(key) == (False, None)
-        assert store.delete(key) is False
+        assert store.delete(key) == DeleteOutcome(found=False, replayed=False)
 
     def test_values_keep_nul_surrogates_and_unicode(self, store: Store) -> None:
         key = fresh_key()
@@ -114,6 +98,19 @@ class StoreContract(TailContract):
         assert store.keys(base.scope, base.scope_id, prefix="a") == ["a", "aa", "ab"]
         assert store.keys(base.scope, base.scope_id, after="aa", limit=2) == ["ab", "b"]
         assert store.keys(base.scope, base.scope_id + "-none") == []
+
+    def test_keys_cover_the_whole_code_point_range(self, store: Store) -> None:
+        base = fresh_key()
+        top = "\U0010ffff"
+        names = ["a", "\ud7ff", "\ue000", top, top + "a", "a" + top, "a" + top + "b"]
+        for name in names:
+            store.write(StorageKey(base.scope, base.scope_id, name), 1)
+        listed = store.keys(base.scope, base.scope_id)
+        assert listed == sorted(names)
+        assert store.keys(base.scope, base.scope_id, prefix=top) == [top, top + "a"]
+        assert store.keys(base.scope, base.scope_id, prefix="a" + top) == ["a" + top,
+                                                                          "a" + top + "b"]
+        assert store.keys(base.scope, base.scope_id, prefix="\ud7ff") == ["\ud7ff"]
 
     # -- conversations ---------------------------------------------------------------
     def test_conversation_reads_as_its_messages(self, store: Store) -> None:
@@ -203,9 +200,26 @@ class StoreContract(TailContract):
         with pytest.raises(KeyConflict):
             _append(store, key, [user("x")])
         assert store.read(key) == (True, {"plain": True})
-        _append(store, StorageKey(key.scope, key.scope_id, "c"), [user("x")])
-        store.write(StorageKey(key.scope, key.scope_id, "c"), 7)
-        assert store.read(StorageKey(key.scope, key.scope_id, "c")) == (True, 7)
+        conversation = StorageKey(key.scope, key.scope_id, "c")
+        _append(store, conversation, [user("x")])
+        store.write(conversation, 7, replace=True)  # the explicit act
+        assert store.read(conversation) == (True, 7)
+
+    def test_a_value_over_a_conversation_is_a_key_conflict(self, store: Store) -> None:
+        key = fresh_key()
+        _append(store, key, [user("x"), user("y")])
+        before = store.read(key)
+        guarded = Idempotency(key=f"w-{key.key}", fingerprint="f", ttl=60.0, now=time.time())
+        for idempotency in (None, guarded):
+            with pytest.raises(KeyConflict):
+                store.write(key, {"a": 1}, idempotency=idempotency)
+            assert store.read(key) == before  # nothing changed, the conversation is whole
+        # the refused write recorded nothing: the same key now applies once the way is clear
+        assert store.delete(key).found
+        store.write(key, {"a": 1}, idempotency=guarded)
+        assert store.read(key) == (True, {"a": 1})
+        store.write(key, {"a": 2})  # a value over a value needs nothing
+        assert store.read(key) == (True, {"a": 2})
 
     def test_messages_keep_nul_surrogates_and_structure(self, store: Store) -> None:
         key = fresh_key()
@@ -285,6 +299,35 @@ class StoreContract(TailContract):
         assert [m["role"] for m in _messages(store, key)] == ["user", "assistant", "tool", "tool",
                                                              "user", "user"]
 
+    # -- compaction (flowmem.context): one administrative edit ------------------------
+    def test_compaction_replaces_its_range_in_one_edit(self, store: Store) -> None:
+        from ..context import CompactionConflict, approximate, plan_compaction
+        from ..context._compact import summary_message
+
+        key = fresh_key()
+        _append(store, key, [{"role": "system", "content": "be brief"}, user("a"),
+                             assistant("c1"), tool("c1"), user("b"), assistant("c2")])
+        _append(store, key, [user("c")])  # heals c2
+        page = store.history(key)
+        entries = list(zip(page.positions, page.messages, strict=True))
+        plan = plan_compaction(key, entries, keep_last=1, keep_last_tokens=None,
+                               counter=approximate, format="canonical")
+        assert plan is not None and len(plan.messages) == 6
+        summary = summary_message(plan, "a, then b", "k")
+        stale = {**summary, "metadata": {"compacted": {
+            **summary["metadata"]["compacted"], "digest": "0" * 64}}}
+        with pytest.raises(CompactionConflict):
+            store.edit(key, plan.positions[0], stale)
+        assert _messages(store, key) == page.messages  # refused whole: nothing changed
+        assert store.edit(key, plan.positions[0], summary)
+        after = store.history(key)
+        assert [m["role"] for m in after.messages] == ["system", "system", "user"]
+        assert after.positions == [page.positions[0], plan.positions[0], page.positions[-1]]
+        assert after.messages[1]["metadata"]["compacted"]["count"] == 6
+        _append(store, key, [tool("c1", "late")])  # its call was compacted: a plain result
+        _append(store, key, [assistant("c1")])  # MEM-2: c1 is no longer declared here
+        assert [m["role"] for m in _messages(store, key)][-2:] == ["tool", "assistant"]
+
     # -- concurrency (MEM-12) ---------------------------------------------------------
     def test_mem12_held_lock_times_out_into_unserialized_append(self, store: Store) -> None:
         key = fresh_key()
@@ -339,64 +382,3 @@ class StoreContract(TailContract):
                                 max_messages=None, lock_timeout=5.0).appended == 0
         finally:
             again.close()
-
-    # -- idempotency keys (exactly-once retries) -------------------------------------
-    @staticmethod
-    def _idem(name: str, fingerprint: str = "f1", now: float = 1e9,
-              ttl: float = 3600.0) -> Idempotency:
-        return Idempotency(f"{name}-{uuid.uuid4().hex}", fingerprint, ttl, now)
-
-    def test_idempotent_append_repeats_change_nothing(self, store: Store) -> None:
-        key = fresh_key()
-        idem = self._idem("a")
-        turn = canonical_messages([assistant("c1"), tool("c1")])
-        first = store.append(key, turn, max_messages=None, lock_timeout=5.0, idempotency=idem)
-        again = store.append(key, turn, max_messages=None, lock_timeout=5.0, idempotency=idem)
-        assert (first.count, first.appended, first.replayed) == (2, 2, False)
-        assert (again.count, again.appended, again.replayed) == (2, 2, True)
-        assert len(_messages(store, key)) == 2
-        other = Idempotency(idem.key, "f2", idem.ttl, idem.now)
-        with pytest.raises(IdempotencyConflict):
-            store.append(key, turn, max_messages=None, lock_timeout=5.0, idempotency=other)
-        assert len(_messages(store, key)) == 2
-
-    def test_idempotent_write_and_delete(self, store: Store) -> None:
-        key = fresh_key()
-        write = self._idem("w")
-        store.write(key, 1, idempotency=write)
-        store.write(key, 2)
-        store.write(key, 1, idempotency=write)  # a late retry of the first write: no effect
-        assert store.read(key) == (True, 2)
-        delete = self._idem("d")
-        assert store.delete(key, idempotency=delete) is True
-        store.write(key, 3)
-        assert store.delete(key, idempotency=delete) is True  # replayed: 3 stays
-        assert store.read(key) == (True, 3)
-
-    def test_idempotency_key_expires_after_its_ttl(self, store: Store) -> None:
-        key = fresh_key()
-        idem = self._idem("t", now=1000.0, ttl=10.0)
-        store.append(key, canonical_messages([user("a")]), max_messages=None,
-                     lock_timeout=5.0, idempotency=idem)
-        later = Idempotency(idem.key, "other", 10.0, 1011.0)  # expired: a fresh key
-        outcome = store.append(key, canonical_messages([user("b")]), max_messages=None,
-                               lock_timeout=5.0, idempotency=later)
-        assert (outcome.appended, outcome.replayed) == (1, False)
-
-    def test_idempotent_retries_from_threads_store_once(self, store: Store) -> None:
-        key = fresh_key()
-        idem = self._idem("r")
-        outcomes: list[Any] = []
-
-        def retry() -> None:
-            outcomes.append(store.append(key, canonical_messages([user("once")]),
-                                         max_messages=None, lock_timeout=5.0,
-                                         idempotency=idem))
-
-        threads = [threading.Thread(target=retry) for _ in range(6)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert len(_messages(store, key)) == 1
-        assert sorted(o.replayed for o in outcomes) == [False] + [True] * 5

@@ -23,8 +23,9 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from ..messages import Message
+from ..retention import Expiry
 from ..scopes import StorageKey
-from ..store import AppendOutcome, AsyncStore, HistoryPage, Idempotency
+from ..store import AppendOutcome, AsyncStore, DeleteOutcome, Erased, HistoryPage, Idempotency
 
 __all__ = ["BlockingStore", "LoopThread"]
 
@@ -71,34 +72,49 @@ class BlockingStore:
         self.async_store = store
         self._loop = LoopThread()
 
-    def read(self, key: StorageKey) -> tuple[bool, Any]:
-        return self._loop.run(self.async_store.read(key))
+    def read(self, key: StorageKey, **now: float) -> tuple[bool, Any]:
+        return self._loop.run(self.async_store.read(key, **now))
 
     def write(self, key: StorageKey, value: Any, *,
-              idempotency: Idempotency | None = None) -> None:
-        self._loop.run(self.async_store.write(key, value, idempotency=idempotency))
+              idempotency: Idempotency | None = None, replace: bool = False,
+              **expiry: Expiry) -> bool | None:
+        return self._loop.run(self.async_store.write(key, value, idempotency=idempotency,
+                                                     replace=replace, **expiry))
 
-    def delete(self, key: StorageKey, *, idempotency: Idempotency | None = None) -> bool:
+    def delete(self, key: StorageKey, *,
+               idempotency: Idempotency | None = None) -> DeleteOutcome:
         return self._loop.run(self.async_store.delete(key, idempotency=idempotency))
 
     def append(self, key: StorageKey, incoming: Sequence[Message], *,
                max_messages: int | None, lock_timeout: float,
-               idempotency: Idempotency | None = None, tail: int = 0) -> AppendOutcome:
+               idempotency: Idempotency | None = None, tail: int = 0,
+               **expiry: Expiry) -> AppendOutcome:
         return self._loop.run(self.async_store.append(
             key, incoming, max_messages=max_messages, lock_timeout=lock_timeout,
-            idempotency=idempotency, tail=tail))
+            idempotency=idempotency, tail=tail, **expiry))
 
     def history(self, key: StorageKey, *, last: int | None = None,
-                before: int | None = None) -> HistoryPage:
-        return self._loop.run(self.async_store.history(key, last=last, before=before))
+                before: int | None = None, **now: float) -> HistoryPage:
+        return self._loop.run(self.async_store.history(key, last=last, before=before, **now))
 
     def edit(self, key: StorageKey, position: int, message: Message | None) -> bool:
         return self._loop.run(self.async_store.edit(key, position, message))
 
     def keys(self, scope: str, scope_id: str, *, prefix: str = "",
-             after: str | None = None, limit: int = 100) -> list[str]:
+             after: str | None = None, limit: int = 100, **now: float) -> list[str]:
         return self._loop.run(self.async_store.keys(scope, scope_id, prefix=prefix,
-                                                    after=after, limit=limit))
+                                                    after=after, limit=limit, **now))
+
+    def __getattr__(self, name: str) -> Any:
+        """``touch`` and ``sweep`` (retention) where the async store has them."""
+        if name not in ("touch", "sweep"):
+            raise AttributeError(name)
+        method = getattr(self.async_store, name)
+        return lambda *args, **kwargs: self._loop.run(method(*args, **kwargs))
+
+
+    def erase(self, scope: str, scope_id: str, *, dry_run: bool = False) -> Erased:
+        return self._loop.run(self.async_store.erase(scope, scope_id, dry_run=dry_run))
 
     def lock(self, key: StorageKey, timeout: float) -> _HeldLock:
         return _HeldLock(self._loop, self.async_store.lock(key, timeout))

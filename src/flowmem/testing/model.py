@@ -6,6 +6,11 @@ in either spelling, re-fired and late results, incoming healed messages,
 system messages, multi-message batches, a window — and after every step
 checks the store's buffer, ``count`` and ``appended`` against the model. For
 a persistent store it also closes and reopens the store mid-sequence.
+
+It runs under both call-id policies (:mod:`flowmem.call_ids`): ``strict``
+against :func:`flowmem.append`, ``per_turn`` (the turns reuse ids with other
+arguments) against a :class:`~flowmem.ConversationBuffer` under that policy, the
+stored ids compared as stored.
 """
 
 from __future__ import annotations
@@ -23,15 +28,19 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from ..buffer import AppendResult, ConversationBuffer
 from ..buffer import append as model_append
+from ..call_ids import CallIds, PerTurn
 from ..messages import Message, canonical_messages
 from ..store import Store
 from .contract import fresh_key
+from .contract_call_ids import per_turn_model_agrees, reads_per_turn_facts
 
 __all__ = ["StoreModelMachine", "store_model_test"]
 
 _IDS = st.sampled_from(["c0", "c1", "c2", "c3", "c4", "c5"])
 _SPELLING = st.sampled_from(["id", "tool_call_id"])
+_ARGUMENTS = st.sampled_from(["{}", "{}", '{"n": 1}'])
 
 
 @st.composite
@@ -46,7 +55,8 @@ def _message(draw: st.DrawFn) -> Message:
         return {"role": "assistant", "content": "plain answer"}
     if kind == "assistant":
         ids = draw(st.lists(_IDS, min_size=1, max_size=3))
-        calls = [{draw(_SPELLING): i, "type": "function"} for i in ids]
+        calls = [{draw(_SPELLING): i, "type": "function",
+                  "function": {"name": "f", "arguments": draw(_ARGUMENTS)}} for i in ids]
         where = draw(st.booleans())
         if where:
             return {"role": "assistant", "content": None, "tool_calls": calls}
@@ -63,6 +73,7 @@ class StoreModelMachine(RuleBasedStateMachine):
 
     open_store: ClassVar[Callable[[], Store]]
     reopenable: ClassVar[bool] = False
+    call_ids: ClassVar[CallIds] = "strict"
 
     def __init__(self) -> None:
         super().__init__()
@@ -70,16 +81,24 @@ class StoreModelMachine(RuleBasedStateMachine):
         self.key = fresh_key()
         self.model: list[Message] = []
         self.window: int | None = None
+        self.per_turn: ConversationBuffer | None = None
 
     @initialize(window=st.none() | st.integers(min_value=1, max_value=8))
     def choose_window(self, window: int | None) -> None:
         self.window = window
+        if type(self).call_ids == "per_turn":
+            self.per_turn = ConversationBuffer(max_messages=window, call_ids="per_turn")
 
     @rule(batch=st.lists(_message(), min_size=1, max_size=4),
           tail=st.sampled_from([0, 0, 1, 3]))
     def append(self, batch: list[Message], tail: int = 0) -> None:
-        expected = model_append(self.model, batch, max_messages=self.window)
-        outcome = self.store.append(self.key, canonical_messages(batch),
+        incoming = canonical_messages(batch)
+        if self.per_turn is None:
+            expected: AppendResult = model_append(self.model, batch, max_messages=self.window)
+        else:
+            expected = self.per_turn.append(batch)
+            incoming = PerTurn(incoming)
+        outcome = self.store.append(self.key, incoming,
                                     max_messages=self.window, lock_timeout=5.0, tail=tail)
         assert (outcome.count, outcome.appended) == (expected.count, expected.appended), (
             f"store {outcome} != model {expected}")
@@ -115,14 +134,25 @@ class StoreModelMachine(RuleBasedStateMachine):
 
 def store_model_test(open_store: Callable[[], Store], *, reopenable: bool = False,
                      max_examples: int = 40, steps: int = 25) -> None:
-    """Run :class:`StoreModelMachine` against stores made by ``open_store``.
+    """Run :class:`StoreModelMachine` against stores made by ``open_store``, under each
+    call-id policy (``per_turn`` with half the examples, on a store that reads its facts:
+    :func:`~flowmem.testing.contract_call_ids.reads_per_turn_facts`).
 
     ``reopenable``: the store keeps its data across instances (reopened
     mid-sequence). Each run works under a fresh key, so the stores may share
     one database.
     """
-    machine = type("Machine", (StoreModelMachine,),
-                   {"open_store": staticmethod(open_store), "reopenable": reopenable})
-    run_state_machine_as_test(machine, settings=settings(  # type: ignore[no-untyped-call, unused-ignore]
-        max_examples=max_examples, stateful_step_count=steps, deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]))
+    policies: list[tuple[CallIds, int]] = [("strict", max_examples)]
+    probe = open_store()
+    try:
+        if reads_per_turn_facts(probe) and per_turn_model_agrees(probe):  # else strict only
+            policies.append(("per_turn", max(1, max_examples // 2)))
+    finally:
+        probe.close()
+    for call_ids, examples in policies:
+        machine = type("Machine", (StoreModelMachine,),
+                       {"open_store": staticmethod(open_store), "reopenable": reopenable,
+                        "call_ids": call_ids})
+        run_state_machine_as_test(machine, settings=settings(  # type: ignore[no-untyped-call, unused-ignore]
+            max_examples=examples, stateful_step_count=steps, deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]))

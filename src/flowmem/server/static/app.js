@@ -329,6 +329,7 @@ function isLate(position, message) {
 
 function text(content) {
   if (typeof content === "string") return content;
+  if (content === null || content === undefined) return "";  // a tool-call turn says nothing
   return JSON.stringify(content, null, 2);
 }
 
@@ -339,10 +340,10 @@ function pretty(raw) {
 
 function resultBadge(position, message) {
   if (isHealed(message)) return el("span", { class: "badge healed", testid: "badge-healed",
-    title: "The call never got a result; the next user turn healed it (MEM-3)" }, "healed placeholder · MEM-3");
+    title: "The call never got a result; the next user turn healed it (MEM-3)" }, "healed placeholder");
   if (isLate(position, message)) return el("span", { class: "badge late", testid: "badge-late",
     title: "The real result arrived after the placeholder and replaced it in place (MEM-10)" },
-    "late result · replaced placeholder · MEM-10");
+    "late result · replaced placeholder");
   return null;
 }
 
@@ -354,14 +355,16 @@ function render() {
     if (message.role === "tool" && resultId(message)) results.set(resultId(message), [position, message]);
     for (const call of callsOf(message)) names.set(callId(call), (call.function || {}).name || call.name || "?");
   }
-  $("messages").replaceChildren(...ordered.map(([position, message]) =>
-    renderMessage(position, message, results, names)));
+  // 1, 2, 3 as a reader counts: the loaded messages are the newest of `total`
+  const first = Math.max(state.total - ordered.length, 0) + 1;
+  $("messages").replaceChildren(...ordered.map(([position, message], index) =>
+    renderMessage(position, message, results, names, first + index)));
   state.fresh.clear();
   $("older").hidden = state.before === null || state.before === undefined;
   $("counts").textContent = "showing " + state.messages.size + " of " + state.total + " messages";
 }
 
-function renderMessage(position, message, results, names) {
+function renderMessage(position, message, results, names, number) {
   const classes = ["msg", "role-" + message.role];
   if (isHealed(message)) classes.push("healed");
   if (isLate(position, message)) classes.push("late");
@@ -374,7 +377,8 @@ function renderMessage(position, message, results, names) {
     if (badge) head.append(badge);
   }
   if (meta(message).written_by) head.append(el("span", { text: "by " + meta(message).written_by }));
-  head.append(el("span", { class: "pos", title: "stable position", text: "#" + position }));
+  head.append(el("span", { class: "pos", testid: "number", title: "stored position " + position,
+                           text: String(number) }));
   const item = el("li", { class: classes.join(" "), testid: "message", "data-position": String(position),
                           "data-role": message.role }, head);
   const body = text(message.content);

@@ -1,0 +1,150 @@
+"""The floor: a plain FastAPI append, side by side with ``flowmem serve`` in one run.
+
+``python bench/floor.py [--dsn postgresql://127.0.0.1/test] [--rounds 5] [--clients 32]
+[--seconds 5] [--prefer return=minimal]``
+
+The floor takes flowmem's append route and body, looks the bearer token's SHA-256 up
+in PostgreSQL and inserts the turn's messages, one INSERT each, in one transaction
+(psycopg pool, one uvicorn worker). Each round runs ``wrk`` (``bench/http.py``) on the
+floor, then on ``flowmem serve`` (one worker), each in a fresh schema of the same
+PostgreSQL. Prints the ratios per round and their medians: appends/s (the floor's over
+flowmem's), serve CPU ms per append and PostgreSQL CPU ms per append (``/proc``: the CPU
+of the backends of its connections, tagged by ``application_name``; the server must run
+on this machine); flowmem's over the floor's. Not a test.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)  # this folder would shadow the standard library's ``http``
+
+import argparse
+import hashlib
+import importlib.util
+import os
+import statistics
+import uuid
+from typing import Any
+
+import psycopg
+from fastapi import FastAPI, Header, HTTPException
+from pydantic import BaseModel
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+class Turn(BaseModel):  # flowmem's body shape: {"messages": [{"role", "content"}]}
+    messages: list[dict[str, str]]
+
+
+def floor_app(dsn: str) -> FastAPI:
+    """The floor on ``dsn`` (whose ``search_path`` names its schema)."""
+    from psycopg_pool import AsyncConnectionPool
+
+    pool = AsyncConnectionPool(dsn, min_size=1, max_size=10, open=False)
+    api = FastAPI(on_startup=[pool.open], on_shutdown=[pool.close])
+    api.get("/healthz")(lambda: {"ok": True})
+
+    @api.post("/v1/sessions/{session_id}/turns")
+    async def turn(session_id: str, body: Turn, authorization: str = Header()) -> object:
+        digest = hashlib.sha256(authorization.removeprefix("Bearer ").encode()).hexdigest()
+        async with pool.connection() as conn, conn.transaction():
+            found = await conn.execute("SELECT user_id FROM tokens WHERE digest = %s", (digest,))
+            if await found.fetchone() is None:
+                raise HTTPException(401)
+            for m in body.messages:
+                await conn.execute("INSERT INTO messages (session_id, role, content) "
+                                   "VALUES (%s, %s, %s)", (session_id, m["role"], m["content"]))
+        return {"success": True, "data": {"count": len(body.messages)}}
+    return api
+
+
+def _backends(dsn: str, app: str) -> dict[int, float]:
+    """CPU seconds of each PostgreSQL backend named ``app`` (``/proc``: the server runs on
+    this machine; none readable: empty)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pids = [row[0] for row in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,))]
+    found: dict[int, float] = {}
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        found[pid] = (int(fields[11]) + int(fields[12])) / _TICK
+    return found
+
+
+def _round(http: Any, args: argparse.Namespace, name: str) -> tuple[float, float, float]:
+    """One measurement of ``name`` (``floor`` or ``flowmem``): appends/s, serve CPU ms and
+    PostgreSQL CPU ms (its backends') per append."""
+    schema, secret = f"bench_{name}_{uuid.uuid4().hex[:8]}", f"fm_{uuid.uuid4().hex}"
+    sep = "&" if "?" in args.dsn else "?"
+    app = schema  # the application_name of its connections: their backends' CPU is its
+    if name == "floor":
+        with psycopg.connect(args.dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}; SET search_path = {schema}; "
+                         "CREATE TABLE tokens (digest text PRIMARY KEY, user_id text NOT NULL); "
+                         "CREATE TABLE messages (id bigserial PRIMARY KEY, session_id text, "
+                         "role text NOT NULL, content text NOT NULL)")
+            conn.execute("INSERT INTO tokens VALUES (%s, 'bench')",
+                         (hashlib.sha256(secret.encode()).hexdigest(),))
+        dsn = f"{args.dsn}{sep}options=-csearch_path%3D{schema}&application_name={app}"
+        server = http.serving([sys.executable, __file__, "--serve", dsn])
+    else:
+        secret = http.token(f"{args.dsn}{sep}schema={schema}", "bench")
+        server = http.serve(f"{args.dsn}{sep}schema={schema}&application_name={app}")
+    with server as (base, pid):
+        sids = (http.sessions(base, secret, args.clients) if name == "flowmem"
+                else [uuid.uuid4().hex for _ in range(args.clients)])  # any id: only the token
+        before = _backends(args.dsn, app)
+        f = http.measure_wrk(base, secret, sids, args.seconds, pid, args.prefer)
+        after = _backends(args.dsn, app)
+    with psycopg.connect(args.dsn, autocommit=True) as conn:  # a shared database: tidy up
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    pg_cpu = sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items()) * 1000 / max(
+        f["appends"], 1)
+    print(f"{name}: {f['rate']:,.0f} appends/s, {f['server_cpu']:.3f} ms serve CPU/append, "
+          f"{pg_cpu:.3f} ms PostgreSQL CPU/append, load {http.os.getloadavg()[0]:.1f}",
+          file=sys.stderr, flush=True)
+    return f["rate"], f["server_cpu"], pg_cpu
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    for flag, default in (("--dsn", "postgresql://127.0.0.1/test"), ("--rounds", 5),
+                          ("--clients", 32), ("--seconds", 5.0), ("--prefer", ""),
+                          ("--serve", ""), ("--port", 0)):  # --serve DSN: the floor itself
+        parser.add_argument(flag, type=type(default), default=default)
+    args = parser.parse_args()
+    if args.serve:
+        import uvicorn
+        uvicorn.run(floor_app(args.serve), port=args.port, http="httptools", log_level="warning")
+        return 0
+    spec = importlib.util.spec_from_file_location("bench_http", Path(__file__).with_name("http.py"))
+    assert spec is not None and spec.loader is not None
+    http = sys.modules["bench_http"] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(http)
+    rounds = [(_round(http, args, "floor"), _round(http, args, "flowmem"))
+              for _ in range(args.rounds)]
+    rates = [floor[0] / fm[0] for floor, fm in rounds]
+    cpus = [fm[1] / floor[1] for floor, fm in rounds]
+    pgs = [fm[2] / floor[2] for floor, fm in rounds if floor[2] > 0]
+    print(f"{args.rounds} interleaved rounds, {args.clients} clients; flowmem serve against the "
+          f"floor, medians (per round):\nappends/s ratio (floor/flowmem): "
+          f"{statistics.median(rates):.2f} ({', '.join(f'{x:.2f}' for x in rates)})\n"
+          f"serve CPU ms/append: floor {statistics.median(r[0][1] for r in rounds):.3f}, "
+          f"flowmem {statistics.median(r[1][1] for r in rounds):.3f}; ratio "
+          f"{statistics.median(cpus):.2f} ({', '.join(f'{x:.2f}' for x in cpus)})")
+    if pgs:
+        print(f"PostgreSQL CPU ms/append: floor {statistics.median(r[0][2] for r in rounds):.3f}, "
+              f"flowmem {statistics.median(r[1][2] for r in rounds):.3f}; ratio "
+              f"{statistics.median(pgs):.2f} ({', '.join(f'{x:.2f}' for x in pgs)})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

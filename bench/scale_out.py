@@ -1,0 +1,115 @@
+"""Scale-out benchmark: N serve replicas on ONE private PostgreSQL, direct and through
+pgbouncer: appends/s, p99, serve and PostgreSQL CPU and transactions per append.
+
+``python bench/scale_out.py [--replicas 1,2,4] [--modes direct,pgbouncer]
+[--clients 32] [--seconds 8] [--bouncer-pool 2]``
+
+A private server (``tests/support/postgres_private.py``) so its CPU and
+``pg_stat_database.xact_commit`` count this benchmark alone; ``flowmem serve
+--workers N`` behind a fresh pgbouncer (``default_pool_size = bouncer-pool × N``;
+change notices LISTEN on the server itself) in pgbouncer mode; load from
+``wrk`` as in ``bench/http.py``. Prints a markdown table (docs/deploy.md). Not a test.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
+    sys.path.pop(0)  # this folder would shadow the standard library's ``http``
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import argparse
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+
+import psycopg
+
+import postgres_private
+from bench.http import cpu_seconds, measure_wrk, serve, sessions, token
+from pgbouncer_support import pgbouncer_at
+
+STATS_SETTLE = 12.0  # backends flush their statistics at most every 10 s when idle
+
+
+def _xacts(dsn: str) -> int:
+    """This database's committed transactions, once the count stops moving (polled in ONE
+    transaction of its own, subtracted by the caller)."""
+    with psycopg.connect(dsn) as conn:
+        last, since = -1, time.monotonic()
+        while True:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute("SELECT xact_commit FROM pg_stat_database "
+                               "WHERE datname = current_database()").fetchone()
+            now = int(row[0]) if row else 0
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= STATS_SETTLE:
+                return now
+            time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def _store(mode: str, server: postgres_private.PrivatePostgres, schema: str, replicas: int,
+           pool: int) -> Iterator[str]:
+    direct = f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
+    if mode == "direct":
+        yield f"{direct}?schema={schema}"
+        return
+    with pgbouncer_at("127.0.0.1", server.port, "postgres", "postgres",
+                      pool * replicas) as (address, user):
+        yield (f"postgresql://{user}@{address}/flowmem?schema={schema}&prepared=false"
+               f"&listen={direct}")
+
+
+def run(args: argparse.Namespace) -> list[str]:
+    server = postgres_private.start()
+    if isinstance(server, str):
+        raise SystemExit(f"cannot start a private PostgreSQL: {server}")
+    dsn = f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
+    rows: list[str] = []
+    try:
+        for mode in args.modes.split(","):
+            for replicas in (int(n) for n in args.replicas.split(",")):
+                schema = f"scale_{mode}_{replicas}"
+                secret = token(f"{dsn}?schema={schema}", "bench")  # creates the schema directly
+                with _store(mode, server, schema, replicas, args.bouncer_pool) as url, \
+                        serve(url, workers=replicas) as (base, pid):
+                    sids = sessions(base, secret, args.clients)
+                    before = _xacts(dsn)
+                    pg_before = cpu_seconds(server.postmaster())
+                    figures = measure_wrk(base, secret, sids, args.seconds, pid)
+                    pg_cpu = cpu_seconds(server.postmaster()) - pg_before
+                    after = _xacts(dsn)
+                n = max(figures["appends"], 1)
+                rows.append(f"| {mode} | {replicas} | {args.clients} | {figures['appends']} | "
+                            f"{figures['rate']:,.0f} | {figures['p99_ms']:.1f} | "
+                            f"{figures['server_cpu']:.2f} | {pg_cpu * 1000 / n:.2f} | "
+                            f"{(after - before - 1) / n:.3f} | {os.getloadavg()[0]:.2f} |")
+                print(rows[-1], file=sys.stderr, flush=True)
+    finally:
+        server.remove()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--replicas", default="1,2,4")
+    parser.add_argument("--modes", default="direct,pgbouncer")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--bouncer-pool", type=int, default=2)
+    rows = run(parser.parse_args(argv))
+    print("| mode | serve replicas | clients | appends | appends/s | p99 ms | "
+          "serve CPU ms/append | PostgreSQL CPU ms/append | transactions/append | load |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("\n".join(rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""``python -m flowmem``: the ``flowmem`` command."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,5 @@
+"""``python -m flowmem.cli``."""
+
+from . import main
+
+main()
