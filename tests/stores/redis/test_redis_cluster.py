@@ -268,15 +268,18 @@ def test_retention_expires_every_key_of_a_conversation_on_its_slot(url: str,
     import redis
 
     store = _open(url, face)
-    memory = Memory(store, retention={"session": 0.5})  # the real clock: Redis expires it
+    memory = Memory(store, retention={"session": 2.0})  # the real clock: Redis expires it
     context = ExecutionContext(session_id=f"s-{uuid.uuid4().hex}")
     client = redis.RedisCluster.from_url(url.partition("?")[0])
     try:
+        started = time.monotonic()
         memory.append("session", "talk", [
             {"role": "assistant", "content": None, "tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
             {"role": "tool", "tool_call_id": "c1", "content": "ok"}], context=context)
-        assert memory.keys("session", context=context) == ["talk"]
+        listed = memory.keys("session", context=context)
+        if time.monotonic() - started < 2.0:  # a stalled machine may outlive the retention
+            assert listed == ["talk"]
         prefix = url.partition("prefix=")[2]
         tag = "{" + f"{prefix}:session:{context.session_id}:talk" + "}"
         parts = [f"{tag}:{part}" for part in ("meta", "pos", "body", "info", "res", "calls")]

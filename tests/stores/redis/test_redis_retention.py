@@ -90,16 +90,19 @@ def test_every_key_carries_the_one_instant_idle_moves_it_absolute_keeps_it(
 
 def test_redis_deletes_the_keys_itself_and_the_index_stops_listing_them(
         store: RedisStore) -> None:
-    memory = Memory(store, retention={"session": 0.5, "user": 0.5})  # the real clock
+    memory = Memory(store, retention={"session": 2.0, "user": 2.0})  # the real clock
     ctx = ExecutionContext(user_id=f"u{uuid.uuid4().hex}", session_id=f"s{uuid.uuid4().hex}")
     client = raw_client()
     try:
+        started = time.monotonic()
         memory.append("session", "talk", _exchange("c1"), context=ctx)
         memory.write("user", "pref", {"x": 1}, context=ctx)
         session = StorageKey("session", str(ctx.session_id), "talk")
         user = StorageKey("user", str(ctx.user_id), "pref")
         names = key_names(store.prefix.encode(), session)
-        assert memory.keys("session", context=ctx) == ["talk"]
+        listed = memory.keys("session", context=ctx)
+        if time.monotonic() - started < 2.0:  # a stalled machine may outlive the retention
+            assert listed == ["talk"]
         assert memory.sweep().total == 0  # nothing for a sweep: Redis deletes them
 
         def gone() -> bool:
