@@ -55,13 +55,6 @@ def reads_per_turn_facts(store: Any) -> bool:
     return bool(getattr(getattr(store, "async_store", store), "per_turn_facts", True))
 
 
-def per_turn_model_agrees(store: Any) -> bool:
-    """Whether ``store`` agrees with the model under ``per_turn`` in every case the model
-    test draws (``per_turn_model_agrees = False``: not yet; the contract's own per_turn
-    cases still run on it)."""
-    return bool(getattr(getattr(store, "async_store", store), "per_turn_model_agrees", True))
-
-
 def _needs_facts(store: Store) -> None:
     if not reads_per_turn_facts(store):
         pytest.xfail(f"{type(getattr(store, 'async_store', store)).__name__} does not read a "
@@ -144,6 +137,22 @@ class CallIdsContract:
         _, model, reports = _run(store, batches)
         assert [appended for _, appended in reports] == [2, 0, 1, 0]
         assert _ids(model.messages) == [("user", None), ("assistant", "1"), ("tool", "1")]
+
+    def test_per_turn_first_declaration_is_the_earliest_turn(self, store: Store,
+                                                             ) -> None:  # MEM-2
+        """A turn declaring a new id and re-declaring an open one with other arguments is
+        not the open id's first declaration: after healing, a copy of each first
+        declaration is a duplicate, whichever id's turn a store reads first."""
+        _needs_facts(store)
+        two: Message = {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call, "type": "function", "function": {"name": "f", "arguments": args}}
+            for call, args in (("a", "{}"), ("b", '{"n": 1}'))]}
+        both: Message = {**two, "tool_calls": [
+            {**entry, "function": {"name": "f", "arguments": "{}"}}
+            for entry in two["tool_calls"]]}
+        batches = [[_turn("b", "{}"), two], [user("next")], [both]]
+        reports = _run(store, batches)[2]
+        assert [appended for _, appended in reports] == [2, 1, 0]
 
     def test_per_turn_message_id_tells_a_copy(self, store: Store) -> None:
         batches = [[user("q"), _turn("1", "{}", "m1"), tool("1", "r1")],

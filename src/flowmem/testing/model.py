@@ -34,7 +34,7 @@ from ..call_ids import CallIds, PerTurn
 from ..messages import Message, canonical_messages
 from ..store import Store
 from .contract import fresh_key
-from .contract_call_ids import per_turn_model_agrees, reads_per_turn_facts
+from .contract_call_ids import reads_per_turn_facts
 
 __all__ = ["StoreModelMachine", "store_model_test"]
 
@@ -145,7 +145,7 @@ def store_model_test(open_store: Callable[[], Store], *, reopenable: bool = Fals
     policies: list[tuple[CallIds, int]] = [("strict", max_examples)]
     probe = open_store()
     try:
-        if reads_per_turn_facts(probe) and per_turn_model_agrees(probe):  # else strict only
+        if reads_per_turn_facts(probe):  # else strict only
             policies.append(("per_turn", max(1, max_examples // 2)))
     finally:
         probe.close()

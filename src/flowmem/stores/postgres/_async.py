@@ -91,10 +91,6 @@ async def _send(conn: Connection, trip: RoundTrip) -> list[Rows]:
 class AsyncPostgresStore:
     """The PostgreSQL backend (see :mod:`flowmem.stores.postgres` for pooling and locking)."""
 
-    # per_turn: the model test found a sequence (ids re-declared by later turns) where
-    # this store's dropped turns differ from the model's: strict only there, until fixed
-    per_turn_model_agrees = False
-
     def __init__(self, options: PostgresOptions) -> None:
         self.schema = options.schema
         self._options = options

@@ -62,7 +62,7 @@ def per_turn_parts(buffer: str, buffer_params: Sequence[Any], incoming: Sequence
             if open_turns is not None and call in open_turns:
                 turns += " UNION ALL SELECT ?"
                 turn_params.append(open_turns[call])
-        parts.append(f"SELECT * FROM (SELECT {FIRST}, body, 0, 0 FROM messages "
+        parts.append(f"SELECT * FROM (SELECT {FIRST}, body, 0, pos FROM messages "
                      f"WHERE buffer_id = {buffer} AND pos IN ({turns}) "
                      f"ORDER BY pos LIMIT 1) AS f{len(parts)}")
         params += [*buffer_params, *turn_params]
@@ -73,13 +73,15 @@ def per_turn_facts(rows: Rows, incoming: Sequence[Message],
                    ) -> tuple[dict[str, str], dict[str, Message], dict[str, bool]]:
     """What the rows of :func:`per_turn_parts` say: ``newest`` and ``firsts`` (by the
     caller's id) and the results of the newest declarations (id: whether a placeholder).
-    A turn read as an id's first declaration serves each id it declares under itself
-    (they were asked for, and any turn storing an id under itself declares a copy)."""
+    A row does not say which id it was read for: each id asked for gets the earliest
+    turn read that declares it under itself (its own row's, as no turn declaring it
+    comes earlier; a later turn may declare it again with other arguments)."""
     newest: dict[str, str] = {}
     firsts: dict[str, Message] = {}
     results: dict[str, bool] = {}
     asked = per_turn_lookups(incoming)[1] if type(incoming) is PerTurn else set()
     at: dict[str, int] = {}
+    first_at: dict[str, int] = {}
     for kind, text, healed, pos in rows:
         if kind == NEWEST:
             caller = caller_id(text)
@@ -89,8 +91,8 @@ def per_turn_facts(rows: Rows, incoming: Sequence[Message],
         elif kind == FIRST:
             turn = decode(text)
             for call in declared_call_ids(turn):
-                if call in asked:
-                    firsts.setdefault(call, turn)
+                if call in asked and (call not in first_at or int(pos) < first_at[call]):
+                    firsts[call], first_at[call] = turn, int(pos)
     return newest, firsts, results
 
 

@@ -59,10 +59,6 @@ class AsyncSQLiteStore:
     notes), at most ``max_group`` of them.
     """
 
-    # per_turn: the model test found a sequence (ids re-declared by later turns) where
-    # this store's dropped turns differ from the model's: strict only there, until fixed
-    per_turn_model_agrees = False
-
     def __init__(self, opener: Callable[[], Store], *, max_group: int = MAX_GROUP) -> None:
         self._guard = threading.Lock()
         self._closed = False

@@ -109,10 +109,6 @@ class SQLiteStore(SQLiteConnections):
     whatever the mode; :attr:`read_only` tells.
     """
 
-    # per_turn: the model test found a sequence (ids re-declared by later turns) where
-    # this store's dropped turns differ from the model's: strict only there, until fixed
-    per_turn_model_agrees = False
-
     short_appends = True
     """Run the common hot append by plain calls (:mod:`._append`); ``False`` (tests
     only: the two paths compared) runs every append as the SQL program."""
