@@ -33,10 +33,6 @@ per-turn :class:`~flowmem.Memory` gives the caller's ids back on every read
 under this policy an incoming id of the alias shape is refused. The pass deciding
 the stored ids (:func:`assign`) reads the same view as the planner, one batch at
 a time (:class:`PerTurn` carries the policy to it through every store).
-
-A store that does not read the two facts (``per_turn_facts = False``: Redis, for
-now) judges a result no declaration awaits against the id itself, and a copy of
-an id's first declaration sent after it was answered starts a new declaration.
 """
 
 from __future__ import annotations

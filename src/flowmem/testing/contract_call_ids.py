@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from ..buffer import ConversationBuffer
 from ..call_ids import PerTurn, caller_messages
 from ..messages import HEALED_CONTENT, Message, canonical_messages
@@ -48,19 +46,6 @@ def _run(store: Store, batches: list[list[Message]], window: int | None = None,
     return key, model, reports
 
 
-def reads_per_turn_facts(store: Any) -> bool:
-    """Whether ``store`` reads what the ``per_turn`` policy needs beyond the ids an append
-    mentions (a reused id's newest declaration, an id's first declaring turn); a store
-    says it does not by ``per_turn_facts = False``."""
-    return bool(getattr(getattr(store, "async_store", store), "per_turn_facts", True))
-
-
-def _needs_facts(store: Store) -> None:
-    if not reads_per_turn_facts(store):
-        pytest.xfail(f"{type(getattr(store, 'async_store', store)).__name__} does not read a "
-                     "reused id's newest declaration or first declaring turn yet")
-
-
 def _ids(messages: list[Any]) -> list[tuple[str, str | None]]:
     out = []
     for message in messages:
@@ -88,7 +73,6 @@ class CallIdsContract:
         assert store.history(key, last=2).messages == model.messages[-2:]
 
     def test_per_turn_heals_each_open_declaration(self, store: Store) -> None:  # MEM-3
-        _needs_facts(store)
         batches = [[user("q"), _turn("1", "{}"), tool("1", "r")],
                    [_turn("1", '{"n": 1}'), user("next")],
                    [tool("1", "late")]]  # MEM-10: the newest declaration's placeholder
@@ -104,7 +88,6 @@ class CallIdsContract:
         """Each declaration of a reused id healed in turn: a late result replaces the
         placeholder of the id's NEWEST declaration, never an older one's, in a later
         append or in the one that healed it; a second result is a duplicate (MEM-1)."""
-        _needs_facts(store)
         batches = [[user("q"), _turn("1", "{}"), user("stop")],
                    [_turn("1", '{"n": 1}'), user("stop again")],
                    [tool("1", "late")], [tool("1", "later")],
@@ -120,7 +103,6 @@ class CallIdsContract:
                                                                    ) -> None:  # MEM-2
         """A copy of an id's first declaration, sent after it was answered and after the
         id was declared again, is a MEM-2 duplicate, as a copy of a later one is."""
-        _needs_facts(store)
         first, second = _turn("1", "{}", "m1"), _turn("1", '{"n": 1}', "m2")
         batches = [[user("q"), first, tool("1", "r1")], [second, tool("1", "r2")],
                    [first], [second], [first, tool("1", "again")],
@@ -143,7 +125,6 @@ class CallIdsContract:
         """A turn declaring a new id and re-declaring an open one with other arguments is
         not the open id's first declaration: after healing, a copy of each first
         declaration is a duplicate, whichever id's turn a store reads first."""
-        _needs_facts(store)
         two: Message = {"role": "assistant", "content": None, "tool_calls": [
             {"id": call, "type": "function", "function": {"name": "f", "arguments": args}}
             for call, args in (("a", "{}"), ("b", '{"n": 1}'))]}

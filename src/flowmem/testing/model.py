@@ -34,7 +34,6 @@ from ..call_ids import CallIds, PerTurn
 from ..messages import Message, canonical_messages
 from ..store import Store
 from .contract import fresh_key
-from .contract_call_ids import reads_per_turn_facts
 
 __all__ = ["StoreModelMachine", "store_model_test"]
 
@@ -135,20 +134,14 @@ class StoreModelMachine(RuleBasedStateMachine):
 def store_model_test(open_store: Callable[[], Store], *, reopenable: bool = False,
                      max_examples: int = 40, steps: int = 25) -> None:
     """Run :class:`StoreModelMachine` against stores made by ``open_store``, under each
-    call-id policy (``per_turn`` with half the examples, on a store that reads its facts:
-    :func:`~flowmem.testing.contract_call_ids.reads_per_turn_facts`).
+    call-id policy (``per_turn`` with half the examples).
 
     ``reopenable``: the store keeps its data across instances (reopened
     mid-sequence). Each run works under a fresh key, so the stores may share
     one database.
     """
-    policies: list[tuple[CallIds, int]] = [("strict", max_examples)]
-    probe = open_store()
-    try:
-        if reads_per_turn_facts(probe):  # else strict only
-            policies.append(("per_turn", max(1, max_examples // 2)))
-    finally:
-        probe.close()
+    policies: list[tuple[CallIds, int]] = [("strict", max_examples),
+                                           ("per_turn", max(1, max_examples // 2))]
     for call_ids, examples in policies:
         machine = type("Machine", (StoreModelMachine,),
                        {"open_store": staticmethod(open_store), "reopenable": reopenable,

@@ -79,3 +79,33 @@ def test_mem15_an_append_between_read_and_script_makes_the_edit_compute_again(
     assert (outcome.appended, outcome.count) == (0, 5)
     assert model_append(expected, refire).messages == other.read(key)[1]
     other.close()
+
+
+def test_per_turn_edit_keeps_the_newest_alias(prefix: str) -> None:  # MEM-1/10/15
+    """Under call_ids='per_turn' an id's newest answered declaration is named in ``:res``;
+    an edit rewrites every index key, that one included: after it, a late result pairs
+    with the newest declaration and a re-fired one is a duplicate (MEM-1)."""
+    import flowmem
+
+    def turn(n: int) -> dict[str, Any]:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "1", "type": "function", "function": {"name": "f", "arguments": f"[{n}]"}}]}
+
+    context = flowmem.ExecutionContext(workflow_id=f"w{uuid.uuid4().hex}")
+    with flowmem.Memory.from_url(url_with(prefix), call_ids="per_turn") as memory:
+        batches = [[{"role": "user", "content": "q"}], [turn(0)], [_result("r0")],
+                   [turn(1)], [{"role": "user", "content": "next"}]]  # heals turn(1)
+        for batch in batches:
+            memory.append("workflow", "k", batch, context=context)
+        page = memory.history("workflow", "k", context=context)
+        assert memory.edit("workflow", "k", page.positions[0],
+                           {"role": "user", "content": "edited"}, context=context)
+        assert memory.append("workflow", "k", _result("late"), context=context).replaced == 1
+        assert memory.append("workflow", "k", _result("late"),
+                             context=context).dropped_results == 1
+        mine = memory.history("workflow", "k", context=context).messages
+    assert [m["content"] for m in mine] == ["edited", None, "r0", None, "late", "next"]
+
+
+def _result(content: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": "1", "content": content}

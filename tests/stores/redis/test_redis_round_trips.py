@@ -31,7 +31,8 @@ import pytest
 
 from backends import unavailable
 from figures import Figure
-from flowmem import Idempotency, StorageKey, append
+from flowmem import ConversationBuffer, Idempotency, StorageKey, append
+from flowmem.call_ids import PerTurn
 from flowmem.messages import Message
 from flowmem.store import AppendOutcome
 from flowmem.stores.redis import _view_cache as redis_views
@@ -142,6 +143,33 @@ def test_the_common_append_is_one_round_trip(prefix: str, proxy: CountingProxy,
         assert tailed.tail.total == tailed.count
     finally:
         face.close()
+
+
+def test_per_turn_fresh_ids_are_one_round_trip_a_reused_id_two(
+        prefix: str, proxy: CountingProxy) -> None:
+    """Under call_ids='per_turn' the facts of a reused id (its newest answered
+    declaration, its first declaring turn) are guessed none and checked by the script:
+    an agent loop with fresh ids keeps the one round trip; a turn re-declaring an id
+    with new arguments, and its result, cost a second (MEM-1/2/10)."""
+    face = Face("sync", url_with(prefix, proxy.url))
+    try:
+        key, model = fresh(), ConversationBuffer(call_ids="per_turn")
+        fresh_ids = [msgs(user("q")), msgs(turn("c1")), msgs(result("c1")),
+                     msgs(turn("c2"), result("c2"), user("q2"))]
+        reused = [msgs(_turn_with("c1", '{"n": 1}')), msgs(result("c1", "second"))]
+        for batch, trips_expected in [*((b, 1) for b in fresh_ids), *((b, 2) for b in reused)]:
+            expected = model.append(batch)
+            trips, outcome = counted(proxy, face, key, PerTurn(batch))
+            assert trips == trips_expected
+            assert (outcome.count, outcome.appended) == (expected.count, expected.appended)
+        assert face.call("read", key) == (True, model.messages)
+    finally:
+        face.close()
+
+
+def _turn_with(call: str, arguments: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": call, "type": "function", "function": {"name": "f", "arguments": arguments}}]}
 
 
 @pytest.mark.parametrize("face_name", ["sync", "async"])

@@ -32,11 +32,13 @@ the script found no other token holding the lease.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...call_ids import PerTurn, per_turn_lookups
 from ...messages import Message
 from ...plan import SLOT, AppendPlan, mentioned_ids, needs_pending, plan_append
 from ...retention import Expiry
@@ -57,7 +59,7 @@ from ._requests import (
     retention_args,
     script,
 )
-from ._view_cache import Guess, ViewCache
+from ._view_cache import Facts, Guess, ViewCache
 
 if TYPE_CHECKING:
     from ._programs import RedisPrograms
@@ -87,6 +89,8 @@ class Appends:
         guess = self.cache.guess(names.meta, sorted(mentioned_ids(incoming)),
                                  needs_pending(incoming),
                                  None if expiry is None else ms(expiry.now))
+        if type(incoming) is PerTurn:  # guessed none, checked by the script
+            guess = dataclasses.replace(guess, facts=Facts.none(*per_turn_lookups(incoming)))
         token = self.programs.new_token()
         deadline = time.monotonic() + max(lock_timeout, 0.0)
         lease, held, serialized, conflicts = token, False, True, 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Final
 
 from ._expiry_lua import EXPIRY, IDEM
+from ._per_turn_lua import PER_TURN
 
 __all__ = ["APPLY", "IDEM", "PAGE", "PRELUDE"]  # IDEM: re-exported
 
@@ -56,7 +57,7 @@ local function page(last_arg, before_arg)
 end
 """
 
-APPLY: Final = "#!lua\n" + PRELUDE + IDEM + EXPIRY + PAGE + r"""
+APPLY: Final = "#!lua\n" + PRELUDE + IDEM + EXPIRY + PAGE + PER_TURN + r"""
 -- KEYS: the nine BUFFER_PARTS, the idempotency record (a name never written when the
 -- append has none), the scope's key index (a cluster: a name never written), the erasure
 -- mark (a standalone server: the scope id's fence; a cluster: the key's tombstone).
@@ -73,14 +74,16 @@ APPLY: Final = "#!lua\n" + PRELUDE + IDEM + EXPIRY + PAGE + r"""
 -- view the plan was made against: n (id code)... with code the id's
 -- result ('-' none, 'h' a healed placeholder, 'r' real) then whether it is declared
 -- ('d' or '-'), then '*' (the append does not heal) or m (id 'turn:ord')... the whole
--- of the unanswered calls; then the operations:
+-- of the unanswered calls; then '*' or the per_turn facts (read_facts, ._per_turn_lua);
+-- then the operations:
 --   A role body answers healed(0/1) ndeclares id... nopens (id ord)...
 --   R id body
 --   H p|n turn count (id placeholder-body)...
 -- Replies {'locked'} when another token holds the lease (nothing changed);
 -- {'erased'} or {'unlisted'} for a new buffer refused (see below; nothing changed);
--- {'conflict', code..., [pend]} when the buffer no longer matches the view: the
--- ids' codes now and, when it heals, HGETALL of the unanswered calls (nothing
+-- {'conflict', code..., [pend], [facts]} when the buffer no longer matches the view: the
+-- ids' codes now, when it heals HGETALL of the unanswered calls, and when facts were
+-- sent facts_now() (nothing
 -- changed but the renewal of a lease the token holds); else {'ok', count, appended,
 -- owned, created, tail, due, (id code pend)...}: owned is 1 when no other token held the
 -- lease, created 1 when the buffer did not exist, tail page()'s reply for the newest
@@ -125,6 +128,7 @@ else
   for k = 1, n do pending[k] = {ARGV[i + 2 * k - 1], ARGV[i + 2 * k]} end
   i = i + 1 + 2 * n
 end
+local facts = nil; facts, i = read_facts(i, num)
 local ops, sure = {}, {}
 while i <= #ARGV do
   local kind = ARGV[i]
@@ -167,8 +171,7 @@ if ARGV[6] ~= '' then  -- a repeated idempotency key: the first outcome, nothing
 end
 if redis.call('EXISTS', V) == 1 then release() return {'value'} end
 
--- the view check: the plan holds exactly when what it was made against still holds
--- (plan_append reads nothing else), whoever wrote in between
+-- the plan holds exactly when the view it was made against still holds
 local function code(id)
   local held, c = redis.call('HGET', RES, id), '-'
   if held then c = string.sub(held, 1, 1) == 'h' and 'h' or 'r' end
@@ -185,11 +188,13 @@ if pending and not stale then
     stale = redis.call('HGET', PEND, p[1]) ~= p[2]
   end
 end
+stale = stale or facts_stale(facts)
 if stale then
   if holder and holder == TOKEN then redis.call('PEXPIRE', LOCK, ARGV[2]) end
   local out = {'conflict'}
   for _, id in ipairs(ids) do out[#out + 1] = code(id) end
   if pending then out[#out + 1] = redis.call('HGETALL', PEND) end
+  if facts then out[#out + 1] = facts_now(facts, code) end
   return out
 end
 local created = 0
@@ -219,9 +224,7 @@ local function block(turn)
   end
 end
 -- placeholders take base+1, base+2...: refuse, before any write, an append whose
--- placeholders would land on a stored entry (sql.py's UNIQUE (buffer_id, pos)
--- refuses it too). Only a stored turn's block can be that tight: this append's
--- own entries come at multiples of SLOT, after everything stored.
+-- placeholders would land on a stored entry (as SQL's UNIQUE (buffer_id, pos) does)
 for _, op in ipairs(ops) do
   if op.kind == 'H' and op.ref == 'p' then
     local base, after = block(op.turn)
@@ -250,6 +253,7 @@ local function upsert(id, p, body, healed)
     put(p, body, 'T' .. id)
     redis.call('HSET', RES, id, (healed == '1' and 'h' or '') .. p)
     redis.call('HDEL', PEND, id)
+    noted(id)
     return true
   end
   if string.sub(held, 1, 1) == 'h' and healed == '0' then
@@ -288,6 +292,7 @@ local function heal(turn, ids, bodies)
     put(p, bodies[k], 'T' .. id)
     redis.call('HSET', RES, id, 'h' .. p)
     redis.call('HDEL', PEND, id)
+    noted(id)
   end
   return #ids
 end

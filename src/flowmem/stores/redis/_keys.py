@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ...call_ids import caller_id
 from ...entries import derive_indexes
 from ...errors import InvalidStoreURL
 from ...ids import declared_call_ids, is_healed
@@ -197,6 +198,8 @@ def rewrite(entries: Sequence[tuple[int, Message]]) -> Rewrite:
         if pos in owner:
             info[str(pos)] = "T" + owner[pos]
             res[owner[pos]] = ("h" if is_healed(message) else "") + str(pos)
+            if caller_id(owner[pos]) != owner[pos]:  # the newest alias (._per_turn_lua)
+                res[caller_id(owner[pos]) + "\0"] = owner[pos]
         elif message["role"] == "tool":
             info[str(pos)] = "T"
         elif declared:

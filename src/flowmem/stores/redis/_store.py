@@ -204,11 +204,6 @@ class RedisStore:
                 before: int | None = None, now: float | None = None) -> HistoryPage:
         return self._run(self.programs.history(key, last, before, now), "history")
 
-    per_turn_facts = False
-    """Not yet: a ``per_turn`` append reads no reused id's newest declaration nor its first
-    declaring turn here (:class:`~flowmem.plan.BufferView`), so a late result for a
-    re-declared call and a copy of an id's first declaration are judged by the id itself."""
-
     # -- retention: Redis deletes expired keys itself -------------------------------------
     native_expiry = True
     """Expired data is deleted by Redis's own expiry (every key of it carries the

@@ -30,6 +30,7 @@ append's clock: the script drops it before applying the plan.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import weakref
@@ -38,10 +39,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ...messages import Message
 from ...plan import BufferView, PendingCall
+from .._codec import decode
 
-__all__ = ["ABSENT", "CACHED_BUFFERS", "CACHED_IDS", "CACHED_PENDING", "MAX_ID_CHARS", "Guess",
-           "ViewCache"]
+__all__ = ["ABSENT", "CACHED_BUFFERS", "CACHED_IDS", "CACHED_PENDING", "MAX_ID_CHARS", "Facts",
+           "Guess", "ViewCache"]
 
 CACHED_BUFFERS: Final = 1024
 CACHED_IDS: Final = 64
@@ -58,19 +61,67 @@ def _text(raw: bytes) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Facts:
+    """The ``per_turn`` facts an append plans against (:mod:`._per_turn_lua`), by the
+    caller's id: ``newest`` the stored id of its newest declaration with a result
+    (``""``: none); ``firsts`` the position and body of its first declaring turn
+    (``("", b"")``: none). Never remembered across appends: guessed none (a fresh id's
+    truth), read from the script when it says otherwise."""
+
+    newest: dict[str, str]
+    firsts: dict[str, tuple[str, bytes]]
+
+    @classmethod
+    def none(cls, answered: set[str], declared: set[str]) -> Facts:
+        """No declaration of any of the ids: what holds for ids never used before."""
+        return cls(dict.fromkeys(sorted(answered), ""),
+                   dict.fromkeys(sorted(declared), ("", b"")))
+
+    def view(self) -> tuple[dict[str, str], dict[str, Message]]:
+        """``newest`` and ``firsts`` as :class:`~flowmem.plan.BufferView` takes them."""
+        return ({call: stored for call, stored in self.newest.items() if stored},
+                {call: decode(_text(body)) for call, (pos, body) in self.firsts.items()
+                 if pos})
+
+    def args(self) -> list[Any]:
+        """The ``APPLY`` arguments that carry the facts for the script to check."""
+        out: list[Any] = [len(self.newest)]
+        for call, stored in self.newest.items():
+            out += [call, stored]
+        out.append(len(self.firsts))
+        for call, (pos, body) in self.firsts.items():
+            out += [call, pos, hashlib.sha1(body).hexdigest() if pos else ""]
+        return out
+
+    def corrected(self, flat: Sequence[Any]) -> tuple[Facts, dict[str, str]]:
+        """The facts of a ``conflict`` reply, and the code of each newest stored id."""
+        newest: dict[str, str] = {}
+        codes: dict[str, str] = {}
+        for k, call in enumerate(self.newest):
+            stored = newest[call] = _text(flat[2 * k])
+            if stored:
+                codes[stored] = _CODES[flat[2 * k + 1]]
+        base = 2 * len(self.newest)
+        firsts = {call: (_text(flat[base + 2 * k]), bytes(flat[base + 2 * k + 1]))
+                  for k, call in enumerate(self.firsts)}
+        return Facts(newest, firsts), codes
+
+
+@dataclass(frozen=True, slots=True)
 class Guess:
     """The view an append plans against and the script checks.
 
     ``codes[k]`` is the code of ``ids[k]``; ``pending`` maps each unanswered
     call to ``"turn:order"`` (``None``: the append does not heal, so the plan
     does not read them); ``listed``: the conversation is known to be in its
-    scope's key index already.
+    scope's key index already; ``facts``: those of a ``per_turn`` append, else ``None``.
     """
 
     ids: tuple[str, ...]
     codes: tuple[str, ...]
     pending: dict[str, str] | None
     listed: bool
+    facts: Facts | None = None
 
     def view(self) -> BufferView:
         """The guess as the planner reads it."""
@@ -81,7 +132,9 @@ class Guess:
         for call, where in (self.pending or {}).items():
             turn, order = where.split(":")
             pending.append(PendingCall(call, int(turn), int(order)))
-        return BufferView(results, declared, pending)
+        if self.facts is None:
+            return BufferView(results, declared, pending)
+        return BufferView(results, declared, pending, *self.facts.view())
 
     def args(self) -> list[Any]:
         """The ``APPLY`` arguments that carry the guess for the script to check."""
@@ -94,16 +147,23 @@ class Guess:
             out.append(len(self.pending))
             for call, where in self.pending.items():
                 out += [call, where]
-        return out
+        return out + (["*"] if self.facts is None else self.facts.args())
 
     def corrected(self, reply: Sequence[Any]) -> Guess:
         """The true view from a ``conflict`` reply: the ids' codes (+ the unanswered calls)."""
         codes = tuple(_CODES[c] for c in reply[1:1 + len(self.ids)])
+        at = 1 + len(self.ids)
         pending = None
         if self.pending is not None:
-            flat = reply[1 + len(self.ids)]
+            flat = reply[at]
             pending = {_text(flat[k]): _text(flat[k + 1]) for k in range(0, len(flat), 2)}
-        return Guess(self.ids, codes, pending, self.listed)
+            at += 1
+        if self.facts is None:
+            return Guess(self.ids, codes, pending, self.listed)
+        facts, newest = self.facts.corrected(reply[at])
+        extra = tuple(stored for stored in newest if stored not in self.ids)
+        return Guess(self.ids + extra, codes + tuple(newest[s] for s in extra), pending,
+                     self.listed, facts)
 
 
 class _Known:
