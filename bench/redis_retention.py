@@ -17,6 +17,7 @@ import statistics
 import time
 import uuid
 
+from bench._common import drop_redis_prefix, interleaved
 from flowmem import ExecutionContext, Memory
 
 
@@ -36,32 +37,18 @@ def run(url: str, rounds: int, appends: int) -> str:
     base = f"{url}{'&' if '?' in url else '?'}prefix={prefix}"
     memories = {"none": Memory.from_url(base),
                 "idle": Memory.from_url(base, retention={"session": "10m"})}
-    figures: dict[str, list[tuple[float, float]]] = {name: [] for name in memories}
     try:
-        for _ in range(rounds):
-            for name, memory in memories.items():
-                figures[name].append(_round(memory, appends))
+        figures = interleaved(rounds, {name: lambda m=memory: _round(m, appends)
+                                       for name, memory in memories.items()})
     finally:
         for memory in memories.values():
             memory.close()
-        _drop(url, prefix)
+        drop_redis_prefix(url, prefix)
     median = {name: statistics.median(m for m, _ in got) for name, got in figures.items()}
     p99 = {name: statistics.median(p for _, p in got) for name, got in figures.items()}
     return (f"median {median['none'] * 1e6:.0f} -> {median['idle'] * 1e6:.0f} us "
             f"({median['idle'] / median['none']:.2f}x), p99 {p99['none'] * 1e6:.0f} -> "
             f"{p99['idle'] * 1e6:.0f} us ({p99['idle'] / p99['none']:.2f}x)")
-
-
-def _drop(url: str, prefix: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    try:
-        keys = list(client.scan_iter(match="{" + prefix + ":*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
 
 
 def main() -> None:
