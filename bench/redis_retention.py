@@ -7,7 +7,7 @@ their median (and p99) latencies, the medians of the rounds'. Under the
 policy the append's one script also sets the expiry instant on every key of
 the conversation (no round trip more). The keys it wrote are deleted after.
 
-    python -m bench.redis_retention [--url redis://127.0.0.1:6379/0] [--rounds 6]
+    python -m bench.redis_retention [--rounds 6] [--appends 500]
 """
 
 from __future__ import annotations
@@ -53,11 +53,10 @@ def run(url: str, rounds: int, appends: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--appends", type=int, default=500)
     args = parser.parse_args()
-    print(run(args.url, args.rounds, args.appends), flush=True)
+    print(run("redis://127.0.0.1:6379/0", args.rounds, args.appends), flush=True)
 
 
 if __name__ == "__main__":
