@@ -63,7 +63,7 @@ def main() -> None:
                    messages)) for sync in ("normal", "full") for group in (1, MAX_GROUP)})
     print(f"AsyncMemory on SQLite, {args.tasks} tasks, {args.appends} appends per round, "
           f"median of {args.rounds} interleaved rounds\n")
-    print("| synchronous | one transaction per append (before) | group commit | ratio |")
+    print("| synchronous | one transaction per append | group commit | ratio |")
     print("|---|---:|---:|---:|")
     for sync in ("normal", "full"):
         alone, grouped = (statistics.median(rates[sync, group]) for group in (1, MAX_GROUP))
