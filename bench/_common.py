@@ -33,10 +33,11 @@ def cpu_seconds(pid: int) -> float:
     Linux ``/proc`` (0 for a process that is gone or not readable)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return 0.0
     children: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    for task in tasks:
         try:  # a thread (or the process) may end while it is read
             children += [int(child) for child in (task / "children").read_text().split()]
         except OSError:

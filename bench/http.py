@@ -39,7 +39,7 @@ ROW = ("{appends} | {rate:,.0f} | {p50_ms:.1f} | {p99_ms:.1f} | {server_cpu:.2f}
 
 
 def _flowmem(python: str | None, *args: str) -> list[str]:
-    return [python or sys.executable, "-m", "flowmem", *args]
+    return [python or sys.executable, "-m", "flowmem.cli", *args]
 
 
 @contextmanager
