@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import workload
+from ._common import proc_value
 from .contenders import CONTENDERS, by_name
 from .report import render, splice_readme
 
@@ -85,16 +86,6 @@ def _run(args: list[str], workdir: Path) -> dict[str, Any]:
     return result
 
 
-def _proc(path: str, prefix: str) -> str | None:
-    """The value of the first ``prefix:`` line of a /proc file, if any."""
-    try:
-        with open(path, encoding="utf-8") as lines:
-            return next((line.split(":", 1)[1].strip() for line in lines
-                         if line.startswith(prefix)), None)
-    except OSError:
-        return None
-
-
 def _servers() -> dict[str, str]:
     found: dict[str, str] = {}
     try:
@@ -139,8 +130,8 @@ def machine() -> dict[str, Any]:
         "sqlite_defaults": _sqlite_defaults(),
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cores": os.cpu_count(),
-        "cpu": _proc("/proc/cpuinfo", "model name") or platform.processor() or "unknown",
-        "ram_gib": round(int((_proc("/proc/meminfo", "MemTotal") or "0 kB").split()[0])
+        "cpu": proc_value("/proc/cpuinfo", "model name") or platform.processor() or "unknown",
+        "ram_gib": round(int((proc_value("/proc/meminfo", "MemTotal") or "0 kB").split()[0])
                          / 1024 / 1024, 1),
         "python": platform.python_version(),
         "sqlite": sqlite3.sqlite_version,

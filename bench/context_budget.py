@@ -1,6 +1,6 @@
 """history(max_tokens=...) reads only what it returns: flat in the conversation's length.
 
-    PYTHONPATH=src python -m bench.context_budget [--store URL] [--budget 2000]
+    PYTHONPATH=src python -m bench.context_budget [--budget 2000]
 
 Times ``history(max_tokens=B)`` (best of 30) and counts the messages it reads on
 a 100- and a 100,000-message conversation, and ``history(last=N)`` + LangChain's
@@ -34,11 +34,9 @@ def best(run: Any) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--store", default=None)
     parser.add_argument("--budget", type=int, default=2000)
     args = parser.parse_args()
-    url = args.store or f"sqlite:///{tempfile.mkdtemp()}/bench.db"
-    memory = Memory.from_url(url)
+    memory = Memory.from_url(f"sqlite:///{tempfile.mkdtemp()}/bench.db")
     read = [0]
     history = memory.store.history
 
@@ -48,7 +46,7 @@ def main() -> None:
         return page
 
     memory.store.history = counting  # type: ignore[method-assign]
-    figures: dict[str, Any] = {"store": url.split(":")[0], "budget": args.budget}
+    figures: dict[str, Any] = {"store": "sqlite", "budget": args.budget}
     for size, key in ((100, "short"), (100_000, "long")):
         memory.append("global", key, [{"role": "system", "content": "Be brief."}], context=None)
         turns = (size - 1) // 4

@@ -1,7 +1,7 @@
 """The floor: a plain FastAPI append, side by side with ``flowmem serve`` in one run.
 
 ``python bench/floor.py [--dsn postgresql://127.0.0.1/test] [--rounds 5] [--clients 32]
-[--seconds 5] [--prefer return=minimal]``
+[--seconds 5]``
 
 The floor takes flowmem's append route and body, looks the bearer token's SHA-256 up
 in PostgreSQL and inserts the turn's messages, one INSERT each, in one transaction
@@ -18,22 +18,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)  # this folder would shadow the standard library's ``http``
+if __package__ in (None, ""):  # run as a file: the repository root, not bench/ (see _common)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import argparse
 import hashlib
-import importlib.util
 import os
 import statistics
 import uuid
-from typing import Any
 
 import psycopg
 from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel
 
-_TICK = os.sysconf("SC_CLK_TCK")
+from bench import http
+from bench._common import cpu_seconds, interleaved
 
 
 class Turn(BaseModel):  # flowmem's body shape: {"messages": [{"role", "content"}]}
@@ -64,21 +63,14 @@ def floor_app(dsn: str) -> FastAPI:
 
 def _backends(dsn: str, app: str) -> dict[int, float]:
     """CPU seconds of each PostgreSQL backend named ``app`` (``/proc``: the server runs on
-    this machine; none readable: empty)."""
+    this machine; one not readable: 0)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         pids = [row[0] for row in conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,))]
-    found: dict[int, float] = {}
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        found[pid] = (int(fields[11]) + int(fields[12])) / _TICK
-    return found
+    return {pid: cpu_seconds(pid) for pid in pids}
 
 
-def _round(http: Any, args: argparse.Namespace, name: str) -> tuple[float, float, float]:
+def _round(args: argparse.Namespace, name: str) -> tuple[float, float, float]:
     """One measurement of ``name`` (``floor`` or ``flowmem``): appends/s, serve CPU ms and
     PostgreSQL CPU ms (its backends') per append."""
     schema, secret = f"bench_{name}_{uuid.uuid4().hex[:8]}", f"fm_{uuid.uuid4().hex}"
@@ -101,14 +93,14 @@ def _round(http: Any, args: argparse.Namespace, name: str) -> tuple[float, float
         sids = (http.sessions(base, secret, args.clients) if name == "flowmem"
                 else [uuid.uuid4().hex for _ in range(args.clients)])  # any id: only the token
         before = _backends(args.dsn, app)
-        f = http.measure_wrk(base, secret, sids, args.seconds, pid, args.prefer)
+        f = http.measure_wrk(base, secret, sids, args.seconds, pid)
         after = _backends(args.dsn, app)
     with psycopg.connect(args.dsn, autocommit=True) as conn:  # a shared database: tidy up
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
     pg_cpu = sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items()) * 1000 / max(
         f["appends"], 1)
     print(f"{name}: {f['rate']:,.0f} appends/s, {f['server_cpu']:.3f} ms serve CPU/append, "
-          f"{pg_cpu:.3f} ms PostgreSQL CPU/append, load {http.os.getloadavg()[0]:.1f}",
+          f"{pg_cpu:.3f} ms PostgreSQL CPU/append, load {os.getloadavg()[0]:.1f}",
           file=sys.stderr, flush=True)
     return f["rate"], f["server_cpu"], pg_cpu
 
@@ -116,7 +108,7 @@ def _round(http: Any, args: argparse.Namespace, name: str) -> tuple[float, float
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     for flag, default in (("--dsn", "postgresql://127.0.0.1/test"), ("--rounds", 5),
-                          ("--clients", 32), ("--seconds", 5.0), ("--prefer", ""),
+                          ("--clients", 32), ("--seconds", 5.0),
                           ("--serve", ""), ("--port", 0)):  # --serve DSN: the floor itself
         parser.add_argument(flag, type=type(default), default=default)
     args = parser.parse_args()
@@ -124,25 +116,19 @@ def main() -> int:
         import uvicorn
         uvicorn.run(floor_app(args.serve), port=args.port, http="httptools", log_level="warning")
         return 0
-    spec = importlib.util.spec_from_file_location("bench_http", Path(__file__).with_name("http.py"))
-    assert spec is not None and spec.loader is not None
-    http = sys.modules["bench_http"] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(http)
-    rounds = [(_round(http, args, "floor"), _round(http, args, "flowmem"))
-              for _ in range(args.rounds)]
-    rates = [floor[0] / fm[0] for floor, fm in rounds]
-    cpus = [fm[1] / floor[1] for floor, fm in rounds]
-    pgs = [fm[2] / floor[2] for floor, fm in rounds if floor[2] > 0]
+    got = interleaved(args.rounds, {name: lambda name=name: _round(args, name)
+                                    for name in ("floor", "flowmem")})
     print(f"{args.rounds} interleaved rounds, {args.clients} clients; flowmem serve against the "
-          f"floor, medians (per round):\nappends/s ratio (floor/flowmem): "
-          f"{statistics.median(rates):.2f} ({', '.join(f'{x:.2f}' for x in rates)})\n"
-          f"serve CPU ms/append: floor {statistics.median(r[0][1] for r in rounds):.3f}, "
-          f"flowmem {statistics.median(r[1][1] for r in rounds):.3f}; ratio "
-          f"{statistics.median(cpus):.2f} ({', '.join(f'{x:.2f}' for x in cpus)})")
-    if pgs:
-        print(f"PostgreSQL CPU ms/append: floor {statistics.median(r[0][2] for r in rounds):.3f}, "
-              f"flowmem {statistics.median(r[1][2] for r in rounds):.3f}; ratio "
-              f"{statistics.median(pgs):.2f} ({', '.join(f'{x:.2f}' for x in pgs)})")
+          "floor, medians (per round):")
+    for at, what, spec in ((0, "appends/s", ",.0f"), (1, "serve CPU ms/append", ".3f"),
+                           (2, "PostgreSQL CPU ms/append", ".3f")):
+        pairs = [(floor[at], fm[at]) for floor, fm in zip(got["floor"], got["flowmem"],
+                                                             strict=True) if floor[at] > 0]
+        ratios = [floor / fm if at == 0 else fm / floor for floor, fm in pairs]
+        if ratios:  # appends/s: the floor's over flowmem's; CPU: flowmem's over the floor's
+            print(f"{what}: floor {statistics.median(p[0] for p in pairs):{spec}}, flowmem "
+                  f"{statistics.median(p[1] for p in pairs):{spec}}; ratio "
+                  f"{statistics.median(ratios):.2f} ({', '.join(f'{x:.2f}' for x in ratios)})")
     return 0
 
 

@@ -16,12 +16,14 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # run as a file: the repository root, not bench/ (see _common)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from bench._common import interleaved
 from bench.workload import conversation
 from flowmem import AsyncMemory, ExecutionContext
 from flowmem.stores.sqlite._aio import AsyncSQLiteStore
@@ -31,10 +33,9 @@ from flowmem.stores.sqlite._thread import MAX_GROUP
 CTX = ExecutionContext(workflow_id="bench", session_id="bench")
 
 
-async def _round(url: str, group: int, tasks: int, messages: list[dict[str, Any]],
-                 tag: str) -> float:
+async def _round(url: str, group: int, tasks: int, messages: list[dict[str, Any]]) -> float:
     memory = AsyncMemory(AsyncSQLiteStore(lambda: SQLiteStore.from_url(url), max_group=group))
-    share = len(messages) // tasks
+    share, tag = len(messages) // tasks, uuid.uuid4().hex
 
     async def worker(t: int) -> None:
         for message in messages[t * share:(t + 1) * share]:
@@ -56,18 +57,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     messages = conversation(args.appends)
-    rates: dict[tuple[str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            for sync in ("normal", "full"):
-                url = f"sqlite:///{Path(tmp) / f'group-{sync}.db'}?synchronous={sync}"
-                for group in (1, MAX_GROUP):
-                    rates.setdefault((sync, group), []).append(asyncio.run(
-                        _round(url, group, args.tasks, messages, f"r{r}g{group}")))
-            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+        rates = interleaved(args.rounds, {(sync, group): lambda s=sync, g=group: asyncio.run(
+            _round(f"sqlite:///{Path(tmp) / f'group-{s}.db'}?synchronous={s}", g, args.tasks,
+                   messages)) for sync in ("normal", "full") for group in (1, MAX_GROUP)})
     print(f"AsyncMemory on SQLite, {args.tasks} tasks, {args.appends} appends per round, "
           f"median of {args.rounds} interleaved rounds\n")
-    print("| synchronous | one transaction per append (before) | group commit | ratio |")
+    print("| synchronous | one transaction per append | group commit | ratio |")
     print("|---|---:|---:|---:|")
     for sync in ("normal", "full"):
         alone, grouped = (statistics.median(rates[sync, group]) for group in (1, MAX_GROUP))

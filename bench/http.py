@@ -13,10 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# Run as a script, this file's folder leads sys.path and its name would shadow the
-# standard library's ``http`` package that httpx imports: drop the folder first.
-if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)
+if __package__ in (None, ""):  # run as a file: the repository root, not bench/ (see _common)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import argparse
 import json
@@ -33,31 +31,15 @@ from contextlib import contextmanager
 
 import httpx
 
+from bench._common import cpu_seconds
+
 LUA = Path(__file__).resolve().parent / "http_turns.lua"
-_TICK = os.sysconf("SC_CLK_TCK")
 ROW = ("{appends} | {rate:,.0f} | {p50_ms:.1f} | {p99_ms:.1f} | {server_cpu:.2f} | "
        "{client_cpu:.2f} | {load:.2f} |")
 
 
 def _flowmem(python: str | None, *args: str) -> list[str]:
-    script = None if python else shutil.which("flowmem")
-    return [script, *args] if script else [python or sys.executable, "-m", "flowmem.cli", *args]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a running process and its running children
-    (``--workers``), from Linux ``/proc``."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except FileNotFoundError:
-        return 0.0
-    children: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:  # a thread (or the process) may end while it is read
-            children += [int(child) for child in (task / "children").read_text().split()]
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return (int(fields[11]) + int(fields[12])) / _TICK + sum(map(cpu_seconds, children))
+    return [python or sys.executable, "-m", "flowmem.cli", *args]
 
 
 @contextmanager

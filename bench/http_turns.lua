@@ -3,7 +3,7 @@
 -- session. The sessions and the token come in the environment:
 --   FLOWMEM_TOKEN, FLOWMEM_SESSIONS (comma-separated ids, one per thread),
 --   FLOWMEM_PREFER (optional Prefer header value, e.g. "return=minimal").
--- done() prints one JSON line: requests, errors, non-2xx, latency percentiles (us).
+-- done() prints one JSON line: requests, errors, non-2xx, p50 and p99 latency (us).
 
 local sessions = {}
 for sid in string.gmatch(os.getenv("FLOWMEM_SESSIONS") or "", "[^,]+") do
@@ -44,10 +44,7 @@ function done(summary, latency, requests)
   for _, thread in ipairs(threads) do bad = bad + (thread:get("non2xx") or 0) end
   local e = summary.errors
   io.write(string.format(
-    '{"requests":%d,"duration_us":%d,"non2xx":%d,"errors":%d,' ..
-    '"p50_us":%d,"p90_us":%d,"p99_us":%d,"max_us":%d,"mean_us":%.1f}\n',
-    summary.requests, summary.duration, bad,
-    e.connect + e.read + e.write + e.status + e.timeout,
-    latency:percentile(50), latency:percentile(90), latency:percentile(99),
-    latency.max, latency.mean))
+    '{"requests":%d,"duration_us":%d,"non2xx":%d,"errors":%d,"p50_us":%d,"p99_us":%d}\n',
+    summary.requests, summary.duration, bad, e.connect + e.read + e.write + e.status + e.timeout,
+    latency:percentile(50), latency:percentile(99)))
 end

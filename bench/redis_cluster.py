@@ -18,13 +18,15 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+if __package__ in (None, ""):  # run as a file: the repository root, not bench/ (see _common)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
-import redis
-
+from bench._common import SUPPORT, drop_redis_prefix, interleaved
 from flowmem.messages import canonical_messages
 from flowmem.scopes import StorageKey
 from flowmem.stores.redis import RedisStore
+
+sys.path.insert(0, SUPPORT)
 from redis_cluster import start_cluster
 
 STANDALONE = "redis://127.0.0.1:6379/15"
@@ -66,24 +68,18 @@ def main() -> None:
     prefix = f"fmbench-{uuid.uuid4().hex[:8]}"
     cluster = start_cluster(replicas=0)
     urls = {"standalone": STANDALONE, "cluster": cluster.url}
-    rates: dict[tuple[str, int], list[float]] = {}
     try:
-        for conversations in (1, 64):
-            for _ in range(ROUNDS):
-                for name, url in urls.items():
-                    rates.setdefault((name, conversations), []).append(
-                        run(f"{url}?prefix={prefix}", conversations, args.appends, args.threads))
+        rates = {conversations: interleaved(ROUNDS, {
+                     name: lambda url=url, n=conversations: run(
+                         f"{url}?prefix={prefix}", n, args.appends, args.threads)
+                     for name, url in urls.items()}) for conversations in (1, 64)}
     finally:
         cluster.stop()
-        with redis.Redis.from_url(STANDALONE) as client:  # this run's keys, nothing else
-            for pattern in ("{" + prefix + ":*", prefix + ":*"):
-                batch = list(client.scan_iter(match=pattern, count=1000))
-                for at in range(0, len(batch), 500):
-                    client.delete(*batch[at:at + 500])
+        drop_redis_prefix(STANDALONE, prefix)  # this run's keys, nothing else
     print(f"{args.threads} threads, {args.appends} appends per run, median of {ROUNDS}")
     print("conversations  standalone/s  cluster/s  cluster/standalone")
-    for conversations in (1, 64):
-        alone, spread = (statistics.median(rates[name, conversations]) for name in urls)
+    for conversations, got in rates.items():
+        alone, spread = (statistics.median(got[name]) for name in urls)
         print(f"{conversations:>13}  {alone:>12.0f}  {spread:>9.0f}  {spread / alone:>18.2f}")
 
 

@@ -7,7 +7,7 @@ their median (and p99) latencies, the medians of the rounds'. Under the
 policy the append's one script also sets the expiry instant on every key of
 the conversation (no round trip more). The keys it wrote are deleted after.
 
-    python -m bench.redis_retention [--url redis://127.0.0.1:6379/0] [--rounds 6]
+    python -m bench.redis_retention [--rounds 6] [--appends 500]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import statistics
 import time
 import uuid
 
+from bench._common import drop_redis_prefix, interleaved
 from flowmem import ExecutionContext, Memory
 
 
@@ -36,15 +37,13 @@ def run(url: str, rounds: int, appends: int) -> str:
     base = f"{url}{'&' if '?' in url else '?'}prefix={prefix}"
     memories = {"none": Memory.from_url(base),
                 "idle": Memory.from_url(base, retention={"session": "10m"})}
-    figures: dict[str, list[tuple[float, float]]] = {name: [] for name in memories}
     try:
-        for _ in range(rounds):
-            for name, memory in memories.items():
-                figures[name].append(_round(memory, appends))
+        figures = interleaved(rounds, {name: lambda m=memory: _round(m, appends)
+                                       for name, memory in memories.items()})
     finally:
         for memory in memories.values():
             memory.close()
-        _drop(url, prefix)
+        drop_redis_prefix(url, prefix)
     median = {name: statistics.median(m for m, _ in got) for name, got in figures.items()}
     p99 = {name: statistics.median(p for _, p in got) for name, got in figures.items()}
     return (f"median {median['none'] * 1e6:.0f} -> {median['idle'] * 1e6:.0f} us "
@@ -52,25 +51,12 @@ def run(url: str, rounds: int, appends: int) -> str:
             f"{p99['idle'] * 1e6:.0f} us ({p99['idle'] / p99['none']:.2f}x)")
 
 
-def _drop(url: str, prefix: str) -> None:
-    import redis
-
-    client = redis.Redis.from_url(url)
-    try:
-        keys = list(client.scan_iter(match="{" + prefix + ":*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--appends", type=int, default=500)
     args = parser.parse_args()
-    print(run(args.url, args.rounds, args.appends), flush=True)
+    print(run("redis://127.0.0.1:6379/0", args.rounds, args.appends), flush=True)
 
 
 if __name__ == "__main__":

@@ -19,11 +19,15 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
+if __package__ in (None, ""):  # run as a file: the repository root, not bench/ (see _common)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from bench._common import SUPPORT, interleaved
 from flowmem.messages import canonical_messages
 from flowmem.scopes import StorageKey
 from flowmem.stores.redis import RedisStore
+
+sys.path.insert(0, SUPPORT)
 from redis_replicas import start_replicated
 from round_trip_proxy import CountingProxy, through
 
@@ -31,36 +35,18 @@ ROUNDS = 3
 OPTIONS = {0: "", 1: "&wait_replicas=1&wait_timeout=5"}
 
 
-def run(url: str, appends: int) -> float:
-    """Microseconds per append."""
-    store = RedisStore.from_url(url)
+def run(url: str, appends: int, proxy: CountingProxy | None = None) -> float:
+    """Microseconds per append; with ``proxy`` (in front of ``url``'s server), round trips."""
+    store = RedisStore.from_url(through(proxy, url) if proxy else url)
     key = StorageKey("workflow", uuid.uuid4().hex, "c")
     turn = canonical_messages([{"role": "user", "content": "x" * 200}])
     store.append(key, turn, max_messages=50, lock_timeout=5.0)
-    began = time.perf_counter()
+    trips, began = proxy.round_trips if proxy else 0, time.perf_counter()
     for _ in range(appends):
         store.append(key, turn, max_messages=50, lock_timeout=5.0)
     seconds = time.perf_counter() - began
     store.close()
-    return seconds / appends * 1e6
-
-
-def round_trips(url: str, port: int, appends: int = 50) -> float:
-    """Round trips per append, through a counting proxy in front of ``port``."""
-    proxy = CountingProxy("127.0.0.1", port)
-    try:
-        store = RedisStore.from_url(through(proxy, url))
-        key = StorageKey("workflow", uuid.uuid4().hex, "c")
-        turn = canonical_messages([{"role": "user", "content": "x"}])
-        store.append(key, turn, max_messages=50, lock_timeout=5.0)
-        before = proxy.round_trips
-        for _ in range(appends):
-            store.append(key, turn, max_messages=50, lock_timeout=5.0)
-        trips = (proxy.round_trips - before) / appends
-        store.close()
-    finally:
-        proxy.close()
-    return trips
+    return (proxy.round_trips - trips) / appends if proxy else seconds / appends * 1e6
 
 
 def main() -> None:
@@ -70,15 +56,14 @@ def main() -> None:
     pair = start_replicated()
     try:
         base = f"redis://127.0.0.1:{pair.primary}/0?prefix=fmbench-{uuid.uuid4().hex[:8]}"
-        micros: dict[int, list[float]] = {n: [] for n in OPTIONS}
-        for _ in range(ROUNDS):
-            for n, query in OPTIONS.items():
-                micros[n].append(run(base + query, args.appends))
+        micros = interleaved(ROUNDS, {n: lambda q=query: run(base + q, args.appends)
+                                      for n, query in OPTIONS.items()})
         print("| wait_replicas | µs per append (median of 3) | round trips per append |")
         print("| --- | --- | --- |")
         for n, query in OPTIONS.items():
-            print(f"| {n} | {statistics.median(micros[n]):.0f} "
-                  f"| {round_trips(base + query, pair.primary):.2f} |")
+            with CountingProxy("127.0.0.1", pair.primary) as proxy:
+                trips = run(base + query, 50, proxy)
+            print(f"| {n} | {statistics.median(micros[n]):.0f} | {trips:.2f} |")
     finally:
         pair.stop()
 

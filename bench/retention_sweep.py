@@ -28,12 +28,6 @@ PAST = 1_000_000_000.0  # what the seeding clock says: everything it writes has 
 LIVE = 50  # live conversations the measured appends go to, in turn
 
 
-def _url(backend: str, directory: str) -> str:
-    if backend == "sqlite":
-        return f"sqlite:///{directory}/sweep.db?synchronous=normal"
-    return POSTGRES
-
-
 async def _seed(url: str, count: int) -> None:
     """``count`` one-message conversations, written with a clock far in the past."""
     memory = AsyncMemory.from_url(url, retention={"session": "1h"}, clock=lambda: PAST)
@@ -65,9 +59,10 @@ def _p99(samples: list[float]) -> float:
     return statistics.quantiles(samples, n=100)[98]
 
 
-def run(backend: str, expired: int, batch: int, baseline: int) -> dict[str, float]:
+def run(backend: str, expired: int, batch: int = 100, baseline: int = 3000) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as directory:
-        url = _url(backend, directory)
+        sqlite = f"sqlite:///{directory}/sweep.db?synchronous=normal"
+        url = sqlite if backend == "sqlite" else POSTGRES
         asyncio.run(_seed(url, expired))
         memory = Memory.from_url(url, retention={"session": "30d"})
         contexts = [ExecutionContext(session_id=f"live{uuid.uuid4().hex}") for _ in range(LIVE)]
@@ -104,11 +99,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", action="append", choices=["sqlite", "postgresql"])
     parser.add_argument("--expired", type=int, default=100_000)
-    parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--baseline", type=int, default=3000)
     args = parser.parse_args()
     for backend in args.backend or ["sqlite", "postgresql"]:
-        print(backend, run(backend, args.expired, args.batch, args.baseline), flush=True)
+        print(backend, run(backend, args.expired), flush=True)
 
 
 if __name__ == "__main__":

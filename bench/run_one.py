@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from . import workload
+from ._common import proc_value
 from .contenders import by_name
 from .contenders.base import Contender, dir_bytes
 from .sendability import count
@@ -54,12 +55,8 @@ TIME_BUDGET = 20.0  # seconds of timed appends per long-conversation point
 
 
 def _status_kb(field: str) -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            return next((int(line.split()[1]) for line in status
-                         if line.startswith(field + ":")), None)
-    except OSError:
-        return None
+    value = proc_value("/proc/self/status", field + ":")
+    return int(value.split()[0]) if value else None
 
 
 def _reset_peak() -> bool:
@@ -157,22 +154,17 @@ class Trial:
                                            2.0 if self.quick else 15.0)
 
     def calibrate(self) -> None:
-        """Size the windows from untimed appends: S appends of about 20 ms, within budget."""
-        store, length = self.store, self.length
-        if self.short:
-            # the first conversation's warm-up append, timed only to size the windows
-            cost = store.timed_appends("c0", self.items[length:length + 1]) / 1e9
-            self.size = max(3, min(self.size, int(0.02 / max(cost, 1e-9))))
-            self.windows = max(3, min(self.windows,
-                                      int(TIME_BUDGET / max(cost * self.size, 1e-9))))
-            return
-        warm = [store.timed_appends("c0", self.items[length + i:length + i + 1])
-                for i in range(3)]
-        self.position = length + 3
-        cost = statistics.median(warm) / 1e9
-        self.size = max(1, min(self.max_size, int(0.02 / max(cost, 1e-9))))
-        by_time = int(TIME_BUDGET / max(cost * self.size, 1e-9))
-        self.windows = max(3, min(self.windows, by_time, int(0.05 * length / self.size)))
+        """Size the windows from untimed appends: S appends of about 20 ms, within budget
+        (short: the first conversation's warm-up append, timed; long: three more appends)."""
+        length, timed = self.length, 1 if self.short else 3
+        cost = statistics.median(self.store.timed_appends("c0", self.items[i:i + 1])
+                                 for i in range(length, length + timed)) / 1e9
+        self.size = max(3 if self.short else 1, min(self.size, int(0.02 / max(cost, 1e-9))))
+        drift = [] if self.short else [int(0.05 * length / self.size)]  # <= 5 % of the length
+        self.windows = max(3, min(self.windows, int(TIME_BUDGET / max(cost * self.size, 1e-9)),
+                                  *drift))
+        if not self.short:
+            self.position = length + timed
 
     def window(self, index: int) -> float:
         """Time window ``index``; µs per appended message."""

@@ -2,11 +2,11 @@
 pgbouncer: appends/s, p99, serve and PostgreSQL CPU and transactions per append.
 
 ``python bench/scale_out.py [--replicas 1,2,4] [--modes direct,pgbouncer]
-[--clients 32] [--seconds 8] [--bouncer-pool 2]``
+[--clients 32] [--seconds 8]``
 
 A private server (``tests/support/postgres_private.py``) so its CPU and
 ``pg_stat_database.xact_commit`` count this benchmark alone; ``flowmem serve
---workers N`` behind a fresh pgbouncer (``default_pool_size = bouncer-pool × N``;
+--workers N`` behind a fresh pgbouncer (``default_pool_size = 2 × N``;
 change notices LISTEN on the server itself) in pgbouncer mode; load from
 ``wrk`` as in ``bench/http.py``. Prints a markdown table (docs/deploy.md). Not a test.
 """
@@ -16,10 +16,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)  # this folder would shadow the standard library's ``http``
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "support"))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __package__ in (None, ""):  # run as a file: the repository root, not bench/ (see _common)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import argparse
 import contextlib
@@ -29,11 +27,15 @@ from collections.abc import Iterator
 
 import psycopg
 
+from bench._common import SUPPORT, cpu_seconds
+from bench.http import measure_wrk, serve, sessions, token
+
+sys.path.insert(0, SUPPORT)
 import postgres_private
-from bench.http import cpu_seconds, measure_wrk, serve, sessions, token
 from pgbouncer_support import pgbouncer_at
 
 STATS_SETTLE = 12.0  # backends flush their statistics at most every 10 s when idle
+BOUNCER_POOL = 2  # pgbouncer's default_pool_size per serve replica
 
 
 def _xacts(dsn: str) -> int:
@@ -54,14 +56,14 @@ def _xacts(dsn: str) -> int:
 
 
 @contextlib.contextmanager
-def _store(mode: str, server: postgres_private.PrivatePostgres, schema: str, replicas: int,
-           pool: int) -> Iterator[str]:
+def _store(mode: str, server: postgres_private.PrivatePostgres, schema: str,
+           replicas: int) -> Iterator[str]:
     direct = f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
     if mode == "direct":
         yield f"{direct}?schema={schema}"
         return
     with pgbouncer_at("127.0.0.1", server.port, "postgres", "postgres",
-                      pool * replicas) as (address, user):
+                      BOUNCER_POOL * replicas) as (address, user):
         yield (f"postgresql://{user}@{address}/flowmem?schema={schema}&prepared=false"
                f"&listen={direct}")
 
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> list[str]:
             for replicas in (int(n) for n in args.replicas.split(",")):
                 schema = f"scale_{mode}_{replicas}"
                 secret = token(f"{dsn}?schema={schema}", "bench")  # creates the schema directly
-                with _store(mode, server, schema, replicas, args.bouncer_pool) as url, \
+                with _store(mode, server, schema, replicas) as url, \
                         serve(url, workers=replicas) as (base, pid):
                     sids = sessions(base, secret, args.clients)
                     before = _xacts(dsn)
@@ -103,7 +105,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", default="direct,pgbouncer")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--bouncer-pool", type=int, default=2)
     rows = run(parser.parse_args(argv))
     print("| mode | serve replicas | clients | appends | appends/s | p99 ms | "
           "serve CPU ms/append | PostgreSQL CPU ms/append | transactions/append | load |")

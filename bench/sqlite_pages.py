@@ -25,8 +25,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+if __package__ in (None, ""):  # run as a file: the repository root, not bench/ (see _common)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from bench.contenders.baselines import RawSQLiteWALNormal
 from bench.workload import conversation

@@ -158,16 +158,6 @@ def stats(messages: list[Message]) -> dict[str, int]:
                 answered.add(call)
                 out["results"] += 1
                 out["late_results"] += declared_at.get(call, -1) < last_user
-    out["unanswered_calls"] = sum(1 for call, at in declared_at.items()
-                                  if call not in answered or _late(messages, call, at))
+    # unanswered in its turn: no result at all, or a late one (after the next user message)
+    out["unanswered_calls"] = sum(c not in answered for c in declared_at) + out["late_results"]
     return {"messages": len(messages), **out}
-
-
-def _late(messages: list[Message], call: str, declared: int) -> bool:
-    """Whether ``call``'s first result comes only after a later user message."""
-    for message in messages[declared + 1:]:
-        if message["role"] == "user":
-            return True
-        if message["role"] == "tool" and message["tool_call_id"] == call:
-            return False
-    return False

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .base import Contender
+from .baselines import DEFAULTS
 
 
 class _LangChainTypes(Contender):
@@ -109,7 +110,7 @@ class LangGraphSqliteSaver(_LangChainTypes):
 class LangChainSQL(_LangChainTypes):
     name = "langchain-sql"
     label = "LangChain SQLChatMessageHistory (SQLite)"
-    durability = "rollback journal (DELETE), synchronous=FULL (SQLite's defaults)"
+    durability = DEFAULTS
     notes = ("SQLAlchemy session + commit per `add_message`; no last-N read, so the last "
              "50 cost a full read.")
     needs = ("langchain_community", "sqlalchemy", "greenlet", "langchain_core")

@@ -1,0 +1,65 @@
+"""What several bench scripts share: /proc readings, interleaved rounds, Redis clean-up.
+
+A script cited as ``python bench/NAME.py`` starts with the repository root in
+place of ``bench/`` on ``sys.path`` (``bench/http.py`` would shadow the standard
+library's ``http``), so that ``bench._common`` imports either way.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import TypeVar
+
+SUPPORT = str(Path(__file__).resolve().parents[1] / "tests" / "support")  # private servers
+_TICK = os.sysconf("SC_CLK_TCK")
+K = TypeVar("K", bound=Hashable)
+T = TypeVar("T")
+
+
+def proc_value(path: str, prefix: str) -> str | None:
+    """The value of the first line of a /proc file that starts with ``prefix``, if any."""
+    try:
+        with open(path, encoding="utf-8") as lines:
+            return next((line.split(":", 1)[1].strip() for line in lines
+                         if line.startswith(prefix)), None)
+    except OSError:
+        return None
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a running process and its running children, from
+    Linux ``/proc`` (0 for a process that is gone or not readable)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return 0.0
+    children: list[int] = []
+    for task in tasks:
+        try:  # a thread (or the process) may end while it is read
+            children += [int(child) for child in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return (int(fields[11]) + int(fields[12])) / _TICK + sum(map(cpu_seconds, children))
+
+
+def interleaved(rounds: int, runs: dict[K, Callable[[], T]]) -> dict[K, list[T]]:
+    """Each of ``runs`` once a round, in turn, so all see the same machine; their results."""
+    results: dict[K, list[T]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            results[name].append(run())
+    return results
+
+
+def drop_redis_prefix(url: str, prefix: str) -> None:
+    """Delete the keys a run wrote under ``prefix`` (hash-tagged or not), nothing else."""
+    import redis
+
+    with redis.Redis.from_url(url) as client:
+        for pattern in ("{" + prefix + ":*", prefix + ":*"):
+            keys = list(client.scan_iter(match=pattern, count=1000))
+            for at in range(0, len(keys), 500):
+                client.delete(*keys[at:at + 500])
