@@ -331,7 +331,7 @@ def view_by_id(buffer: str, buffer_params: Sequence[Any],
     Up to :data:`BY_ID_AT_MOST` ids, each is its own equality seek of the two keys,
     joined by ``UNION ALL``: an ``IN`` list costs SQLite an ephemeral table per list,
     built and zeroed per statement (two new call ids, inside a transaction: 105,995
-    instructions with the lists, 38,152 by seeks; docs/benchmarks-hotpath.md)."""
+    instructions with the lists, 38,152 by seeks, measured once with callgrind)."""
     if not ids:
         return None
     if len(ids) > BY_ID_AT_MOST:
