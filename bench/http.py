@@ -98,11 +98,11 @@ def sessions(base: str, secret: str, count: int) -> list[str]:
 
 
 def measure_wrk(base: str, secret: str, sids: list[str], seconds: float, pid: int,
-                prefer: str = "") -> dict[str, float]:
-    """The figures of ``wrk`` (one thread and one connection per session); CPU seconds
-    per 1,000 appends."""
+                prefer: str = "", pace_ms: int = 0) -> dict[str, float]:
+    """The figures of ``wrk`` (one thread and one connection per session, each waiting
+    ``pace_ms`` after a reply: a fixed load); CPU seconds per 1,000 appends."""
     env = {**os.environ, "FLOWMEM_TOKEN": secret, "FLOWMEM_SESSIONS": ",".join(sids),
-           "FLOWMEM_PREFER": prefer}
+           "FLOWMEM_PREFER": prefer, "FLOWMEM_PACE_MS": str(pace_ms)}
     server, client = cpu_seconds(pid), sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2])
     done = subprocess.run(["wrk", "-t", str(len(sids)), "-c", str(len(sids)), "-d",
                            f"{seconds:g}s", "--timeout", "60s", "-s", str(LUA), base], env=env,

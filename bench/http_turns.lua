@@ -2,7 +2,8 @@
 -- keep-alive connection (run with -t N -c N) appending user turns to its own
 -- session. The sessions and the token come in the environment:
 --   FLOWMEM_TOKEN, FLOWMEM_SESSIONS (comma-separated ids, one per thread),
---   FLOWMEM_PREFER (optional Prefer header value, e.g. "return=minimal").
+--   FLOWMEM_PREFER (optional Prefer header value, e.g. "return=minimal"),
+--   FLOWMEM_PACE_MS (optional: each client waits that long after a reply: a fixed load).
 -- done() prints one JSON line: requests, errors, non-2xx, p50 and p99 latency (us).
 
 local sessions = {}
@@ -11,6 +12,8 @@ for sid in string.gmatch(os.getenv("FLOWMEM_SESSIONS") or "", "[^,]+") do
 end
 local token = os.getenv("FLOWMEM_TOKEN") or ""
 local prefer = os.getenv("FLOWMEM_PREFER") or ""
+local pace = tonumber(os.getenv("FLOWMEM_PACE_MS") or "") or 0
+if pace > 0 then function delay() return pace end end
 local threads = {}
 local counter = 0
 

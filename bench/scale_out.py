@@ -2,7 +2,11 @@
 pgbouncer: appends/s, p99, serve and PostgreSQL CPU and transactions per append.
 
 ``python bench/scale_out.py [--replicas 1,2,4] [--modes direct,pgbouncer]
-[--clients 32] [--seconds 8]``
+[--clients 32] [--seconds 8] [--rate R]``
+
+``--rate``: about R appends/s offered in all (each client waits after a reply), below
+what one replica serves: then CPU per append shows what a replica adds, not how two
+cores shared by more processes slow them all.
 
 A private server (``tests/support/postgres_private.py``) so its CPU and
 ``pg_stat_database.xact_commit`` count this benchmark alone; ``flowmem serve
@@ -84,7 +88,8 @@ def run(args: argparse.Namespace) -> list[str]:
                     sids = sessions(base, secret, args.clients)
                     before = _xacts(dsn)
                     pg_before = cpu_seconds(server.postmaster())
-                    figures = measure_wrk(base, secret, sids, args.seconds, pid)
+                    pace = round(args.clients * 1000 / args.rate) if args.rate else 0
+                    figures = measure_wrk(base, secret, sids, args.seconds, pid, pace_ms=pace)
                     pg_cpu = cpu_seconds(server.postmaster()) - pg_before
                     after = _xacts(dsn)
                 n = max(figures["appends"], 1)
@@ -105,6 +110,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", default="direct,pgbouncer")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="offer about this many appends/s in all (0: as many as served)")
     rows = run(parser.parse_args(argv))
     print("| mode | serve replicas | clients | appends | appends/s | p99 ms | "
           "serve CPU ms/append | PostgreSQL CPU ms/append | transactions/append | load |")
