@@ -82,7 +82,7 @@ def _label(request: Any) -> str:
 
 def test_appends_cancelled_at_random_points_are_whole_or_absent_and_free_the_lock(
         prefix: str, monkeypatch: pytest.MonkeyPatch, figure: Figure) -> None:
-    seed = random.randrange(2**32)
+    seed = 20261203  # fixed: a failure reproduces; the figure names it
     rng = random.Random(seed)
     key = StorageKey("workflow", f"cancel-{uuid.uuid4().hex}", "conv")
     lock_key = key_names(prefix.encode(), key).lock

@@ -285,7 +285,7 @@ def test_stale_and_forgotten_guesses_never_decide_wrong(
         return real(guess, reply)
 
     monkeypatch.setattr(redis_views.Guess, "corrected", corrected)
-    seed = random.randrange(2**32)
+    seed = 20261203  # fixed: a failure reproduces; the figure names it
     rng = random.Random(seed)
     url = url_with(prefix)
     writers = [RedisStore.from_url(url), RedisStore.from_url(url)]
