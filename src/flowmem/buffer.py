@@ -22,7 +22,6 @@ from bisect import bisect_left
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Final
 
-from ._frozen import quick_new
 from .call_ids import CallIds, PerTurn, caller_id, check_call_ids, refuse_aliases
 from .entries import derive_indexes, edit_entries
 from .errors import InvalidInput
@@ -41,6 +40,7 @@ from .plan import (
     TurnRef,
     plan_append,
 )
+from .plan._types import new_pending
 from .results import AppendResult
 
 __all__ = ["AppendResult", "ConversationBuffer", "append", "check_max_messages"]
@@ -255,7 +255,7 @@ class ConversationBuffer:
                     self._newest[caller_id(call)] = call
             for call, order in op.opens:
                 if call not in self._pending:
-                    self._pending[call] = _new_pending(call, pos, order)
+                    self._pending[call] = new_pending(call, pos, order)
         return pos
 
     def _find(self, pos: int) -> int:
@@ -327,7 +327,6 @@ class ConversationBuffer:
             self._pending.pop(call, None)
 
 
-_new_pending = quick_new(PendingCall)
 _SEP: Final = "\x1f"  # the separator of a per_turn alias (flowmem.call_ids)
 
 
