@@ -8,7 +8,9 @@ them and reports how many things it removed. Its output always satisfies the
 canonical shape (pairing fields inside ``metadata``).
 
 Every id is read through :mod:`flowmem.ids` (MEM-11) and every content goes
-through :func:`flowmem.messages.coerce_content`.
+through :func:`flowmem.messages.coerce_content`. The repair pass both public
+functions run is ``_pairing``, the Sendable check ``_sendable``; every name is
+imported from here.
 """
 
 from __future__ import annotations
