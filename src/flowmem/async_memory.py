@@ -27,7 +27,6 @@ from .context._read import compaction_write
 from .coordinator import (
     DEFAULT_IDEMPOTENCY_TTL,
     DEFAULT_LOCK_TIMEOUT,
-    AsyncLoader,
     MemoryCore,
     Operation,
     T,
@@ -37,7 +36,14 @@ from .erasure import ErasureReceipt, erase_user
 from .errors import InvalidInput
 from .messages import Message
 from .metrics import Metrics, backend_name
-from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
+from .results import (
+    AsyncLoader,
+    DeleteResult,
+    HistoryResult,
+    ReadResult,
+    ScopedAppendResult,
+    WriteResult,
+)
 from .retention import Retention, Swept, check_retention
 from .scopes import ExecutionContext, StorageKey
 from .store import AsyncStore

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import weakref
 from bisect import bisect_left
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Final
 
-from ._frozen import quick_new
 from .call_ids import CallIds, PerTurn, caller_id, check_call_ids, refuse_aliases
 from .entries import derive_indexes, edit_entries
 from .errors import InvalidInput
@@ -41,60 +40,10 @@ from .plan import (
     TurnRef,
     plan_append,
 )
+from .plan._types import new_pending
+from .results import AppendResult
 
 __all__ = ["AppendResult", "ConversationBuffer", "append", "check_max_messages"]
-
-
-class AppendResult:
-    """What an append reports (MEM-14).
-
-    ``count`` is the buffer's size after the append (window applied),
-    ``appended`` how many incoming messages became new entries (dropped
-    duplicates and placeholder replacements count zero; a message added and
-    then evicted by the same append still counts), ``appended_any`` whether
-    that is more than zero. ``messages`` is the buffer after the append. A
-    :class:`ConversationBuffer` produces it on first access, or just before
-    its next change if the result is still held, so it is always the buffer
-    as this append left it; a store-backed result (:class:`flowmem.Memory`)
-    reads it from the store on first access.
-    """
-
-    __slots__ = ("__weakref__", "_load", "_messages", "appended", "count")
-
-    def __init__(self, *, count: int, appended: int, messages: list[Message] | None = None,
-                 load: Callable[[], list[Message]] | None = None) -> None:
-        if messages is None and load is None:
-            raise ValueError("AppendResult needs messages or a loader")
-        self.count = count
-        self.appended = appended
-        self._messages = messages
-        self._load = load
-
-    @property
-    def appended_any(self) -> bool:
-        """``appended > 0``."""
-        return self.appended > 0
-
-    @property
-    def messages(self) -> list[Message]:
-        """The buffer after the append, in the canonical shape."""
-        if self._messages is None:
-            assert self._load is not None
-            self._messages = self._load()
-        return self._messages
-
-    def freeze(self) -> None:
-        """Load ``messages`` now (a stateful buffer calls this before it changes)."""
-        _ = self.messages
-
-    def to_dict(self) -> dict[str, Any]:
-        """``{"count", "appended", "appended_any"}`` — the MEM-14 report."""
-        return {"count": self.count, "appended": self.appended,
-                "appended_any": self.appended_any}
-
-    def __repr__(self) -> str:
-        return (f"{type(self).__name__}(count={self.count}, appended={self.appended}, "
-                f"appended_any={self.appended_any})")
 
 
 def check_max_messages(max_messages: int | None) -> int | None:
@@ -306,7 +255,7 @@ class ConversationBuffer:
                     self._newest[caller_id(call)] = call
             for call, order in op.opens:
                 if call not in self._pending:
-                    self._pending[call] = _new_pending(call, pos, order)
+                    self._pending[call] = new_pending(call, pos, order)
         return pos
 
     def _find(self, pos: int) -> int:
@@ -378,7 +327,6 @@ class ConversationBuffer:
             self._pending.pop(call, None)
 
 
-_new_pending = quick_new(PendingCall)
 _SEP: Final = "\x1f"  # the separator of a per_turn alias (flowmem.call_ids)
 
 

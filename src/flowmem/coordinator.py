@@ -5,12 +5,12 @@ is written here ONCE as a generator (the append as two halves around the
 face's own store call, :meth:`MemoryCore._append_call` and
 :meth:`MemoryCore._append_result`): it validates the input, resolves the
 scope — the ONE place a refusal is acted on (MEM-7) — yields the
-:class:`StoreCall` it needs and builds the result from the answer. The blocking
-face runs the call on a :class:`~flowmem.store.Store`, the asyncio face
-awaits it on an :class:`~flowmem.store.AsyncStore`; that is all they differ
-in. Under a refused scope the operation returns its neutral result without
-yielding at all, so no backend is ever called, and logs exactly one warning
-on the ``flowmem`` logger naming the node, pipeline and workflow.
+:class:`~flowmem.store.StoreCall` it needs and builds the result from the
+answer. The blocking face runs the call on a :class:`~flowmem.store.Store`,
+the asyncio face awaits it on an :class:`~flowmem.store.AsyncStore`; that is
+all they differ in. Under a refused scope the operation returns its neutral
+result without yielding at all, so no backend is ever called, and logs exactly
+one warning on the ``flowmem`` logger naming the node, pipeline and workflow.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeVar
 
 from .buffer import check_max_messages
@@ -37,8 +37,10 @@ from .formats import to_canonical
 from .messages import Message, canonical_message, canonical_messages, json_copy
 from .metrics import Metrics
 from .results import (
+    AsyncLoader,
     DeleteResult,
     HistoryResult,
+    Loader,
     ReadResult,
     ScopedAppendResult,
     WriteResult,
@@ -59,7 +61,15 @@ from .scopes import (
     idempotency_prefix,
     resolve_scope,
 )
-from .store import AppendOutcome, DeleteOutcome, Idempotency
+from .store import (
+    AppendOutcome,
+    DeleteOutcome,
+    Idempotency,
+    Operation,
+    StoreCall,
+    extras,
+    idempotency_keyword,
+)
 
 __all__ = [
     "DEFAULT_IDEMPOTENCY_TTL",
@@ -86,33 +96,10 @@ def _named(value: object) -> str:
     return "-" if value is None or value == "" else repr(value)
 
 
-class StoreCall:
-    """One store method call an operation needs: ``store.<method>(*args, **kwargs)``.
-
-    A plain slotted class, not a dataclass: one is built per operation (the hot path).
-    """
-
-    __slots__ = ("args", "kwargs", "method")
-
-    def __init__(self, method: str, args: tuple[Any, ...],
-                 kwargs: dict[str, Any] | None = None) -> None:
-        self.method = method
-        self.args = args
-        self.kwargs = {} if kwargs is None else kwargs
-
-    def __repr__(self) -> str:
-        return f"StoreCall({self.method!r}, {self.args!r}, {self.kwargs!r})"
-
-
-Operation = Generator[StoreCall, Any, T]
-"""A coordinator operation: yields store calls, receives their answers, returns the result."""
-
 PreparedAppend = tuple[StorageKey, list[Message], int | None, Idempotency | None,
                        Expiry | None]
 """A located, validated append, its store call's arguments: where, the canonical
 messages, the window, the idempotency, the expiry its scope's policy sets."""
-Loader = Callable[[], list[Message]]
-AsyncLoader = Callable[[], Awaitable[list[Message]]]
 
 
 _NO_CONTEXT: Final = object()
@@ -123,21 +110,6 @@ def _fingerprint(operation: str, where: StorageKey, payload: Any) -> str:
     text = json.dumps([operation, where.scope, where.scope_id, where.key, payload],
                       ensure_ascii=True, separators=(",", ":"), sort_keys=True)
     return hashlib.sha256(text.encode("ascii")).hexdigest()
-
-
-def _keyword(idempotency: Idempotency | None) -> dict[str, Idempotency]:
-    """The ``idempotency`` keyword of a store call (none without a key)."""
-    return {} if idempotency is None else {"idempotency": idempotency}
-
-
-def extras(tail: int | None, expiry: Expiry | None) -> dict[str, Any]:
-    """The optional keywords of a store's append: each passed only when it says something."""
-    keywords: dict[str, Any] = {}
-    if tail:
-        keywords["tail"] = tail
-    if expiry is not None:
-        keywords["expiry"] = expiry
-    return keywords
 
 
 class MemoryCore:
@@ -281,7 +253,7 @@ class MemoryCore:
             return WriteResult(False, scope, "", refused=True)
         # a key holds a value or a conversation: writing over a conversation is
         # KeyConflict unless replace is asked (then the fingerprint says so too)
-        keywords: dict[str, Any] = _keyword(self._idempotency(
+        keywords: dict[str, Any] = idempotency_keyword(self._idempotency(
             idempotency_key, "write", where, {"replace": copied} if replace else copied))
         if replace:
             keywords["replace"] = True
@@ -298,7 +270,8 @@ class MemoryCore:
         if where is None:
             return DeleteResult(False, False, scope, "", refused=True)
         idempotency = self._idempotency(idempotency_key, "delete", where, None)
-        outcome: DeleteOutcome = yield StoreCall("delete", (where,), _keyword(idempotency))
+        outcome: DeleteOutcome = yield StoreCall("delete", (where,),
+                                                 idempotency_keyword(idempotency))
         self._count_replay(outcome.replayed)
         return DeleteResult(True, outcome.found, scope, where.scope_id,
                             replayed=outcome.replayed)

@@ -22,10 +22,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from .coordinator import Operation, StoreCall
 from .errors import InvalidInput
 from .ids import usable_id
-from .store import Erased
+from .store import Erased, Operation, StoreCall
 
 __all__ = ["KINDS", "ErasureReceipt", "erase_user", "erased_user_id"]
 

@@ -25,7 +25,6 @@ from .coordinator import (
     DEFAULT_IDEMPOTENCY_TTL,
     DEFAULT_LOCK_TIMEOUT,
     MAX_KEY_LENGTH,
-    Loader,
     MemoryCore,
     Operation,
     T,
@@ -35,7 +34,14 @@ from .erasure import ErasureReceipt, erase_user
 from .errors import InvalidInput
 from .messages import Message
 from .metrics import Metrics, backend_name
-from .results import DeleteResult, HistoryResult, ReadResult, ScopedAppendResult, WriteResult
+from .results import (
+    DeleteResult,
+    HistoryResult,
+    Loader,
+    ReadResult,
+    ScopedAppendResult,
+    WriteResult,
+)
 from .retention import Retention, Swept, check_retention
 from .scopes import ExecutionContext, StorageKey
 from .store import Store

@@ -1,9 +1,11 @@
 """What the coordinator's operations return, on both faces (:class:`~flowmem.Memory`
 and :class:`~flowmem.AsyncMemory`): the same types, the same fields.
 
-Every result says where it acted (``scope``, ``resolved_scope_id``) and
-whether the scope was refused (MEM-7: ``refused=True``, nothing reached a
-backend, ``resolved_scope_id == ""``).
+:class:`AppendResult` is the pure append's report (MEM-14, :func:`flowmem.append`,
+re-exported by :mod:`flowmem.buffer`); a memory's append extends it
+(:class:`ScopedAppendResult`). Every result of a memory says where it acted
+(``scope``, ``resolved_scope_id``) and whether the scope was refused (MEM-7:
+``refused=True``, nothing reached a backend, ``resolved_scope_id == ""``).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from .buffer import AppendResult
 from .call_ids import caller_messages
 from .errors import MessagesNotLoaded
 from .messages import Message
@@ -27,6 +28,58 @@ __all__ = [
     "WriteResult",
     "appended_result",
 ]
+
+
+class AppendResult:
+    """What an append reports (MEM-14).
+
+    ``count`` is the buffer's size after the append (window applied),
+    ``appended`` how many incoming messages became new entries (dropped
+    duplicates and placeholder replacements count zero; a message added and
+    then evicted by the same append still counts), ``appended_any`` whether
+    that is more than zero. ``messages`` is the buffer after the append. A
+    :class:`ConversationBuffer` produces it on first access, or just before
+    its next change if the result is still held, so it is always the buffer
+    as this append left it; a store-backed result (:class:`flowmem.Memory`)
+    reads it from the store on first access.
+    """
+
+    __slots__ = ("__weakref__", "_load", "_messages", "appended", "count")
+
+    def __init__(self, *, count: int, appended: int, messages: list[Message] | None = None,
+                 load: Callable[[], list[Message]] | None = None) -> None:
+        if messages is None and load is None:
+            raise ValueError("AppendResult needs messages or a loader")
+        self.count = count
+        self.appended = appended
+        self._messages = messages
+        self._load = load
+
+    @property
+    def appended_any(self) -> bool:
+        """``appended > 0``."""
+        return self.appended > 0
+
+    @property
+    def messages(self) -> list[Message]:
+        """The buffer after the append, in the canonical shape."""
+        if self._messages is None:
+            assert self._load is not None
+            self._messages = self._load()
+        return self._messages
+
+    def freeze(self) -> None:
+        """Load ``messages`` now (a stateful buffer calls this before it changes)."""
+        _ = self.messages
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"count", "appended", "appended_any"}`` — the MEM-14 report."""
+        return {"count": self.count, "appended": self.appended,
+                "appended_any": self.appended_any}
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(count={self.count}, appended={self.appended}, "
+                f"appended_any={self.appended_any})")
 
 
 @dataclass(frozen=True, slots=True)

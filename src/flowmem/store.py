@@ -18,20 +18,28 @@ scripts) and differs between faces only in how it does I/O.
 
 Every backend runs the public conformance suite in :mod:`flowmem.testing`,
 on both faces.
+
+The faces share one coordinator (:mod:`flowmem.coordinator`), whose operations
+name the call they need as a :class:`StoreCall` (method, arguments, keywords);
+the blocking face makes it on a :class:`Store`, the asyncio face awaits it on an
+:class:`AsyncStore`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
 
 from ._frozen import quick_init
 from .messages import Message
 from .pages import parse_on_read
 from .plan import AppendPlan
 from .scopes import StorageKey
+
+if TYPE_CHECKING:
+    from .retention import Expiry
 
 __all__ = ["AppendOutcome", "AppendStats", "AsyncStore", "DeleteOutcome", "Erased", "HistoryPage",
            "Idempotency", "Store", "plan_stats"]
@@ -319,3 +327,44 @@ class AsyncStore(Protocol):
     async def aclose(self) -> None:
         """Release connections; the store is unusable afterwards."""
         ...
+
+
+# -- how the coordinator names one call of this protocol (flowmem.coordinator) -------------
+
+
+class StoreCall:
+    """One store method call an operation needs: ``store.<method>(*args, **kwargs)``.
+
+    A plain slotted class, not a dataclass: one is built per operation (the hot path).
+    """
+
+    __slots__ = ("args", "kwargs", "method")
+
+    def __init__(self, method: str, args: tuple[Any, ...],
+                 kwargs: dict[str, Any] | None = None) -> None:
+        self.method = method
+        self.args = args
+        self.kwargs = {} if kwargs is None else kwargs
+
+    def __repr__(self) -> str:
+        return f"StoreCall({self.method!r}, {self.args!r}, {self.kwargs!r})"
+
+
+T = TypeVar("T")
+Operation = Generator[StoreCall, Any, T]
+"""A coordinator operation: yields store calls, receives their answers, returns the result."""
+
+
+def idempotency_keyword(idempotency: Idempotency | None) -> dict[str, Idempotency]:
+    """The ``idempotency`` keyword of a store call (none without a key)."""
+    return {} if idempotency is None else {"idempotency": idempotency}
+
+
+def extras(tail: int | None, expiry: Expiry | None) -> dict[str, Any]:
+    """The optional keywords of a store's append: each passed only when it says something."""
+    keywords: dict[str, Any] = {}
+    if tail:
+        keywords["tail"] = tail
+    if expiry is not None:
+        keywords["expiry"] = expiry
+    return keywords

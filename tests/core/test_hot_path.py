@@ -31,13 +31,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from buffer_model import messages as buffer_messages
-from flowmem import ExecutionContext, StorageKey, plan
+from flowmem import ExecutionContext, StorageKey
 from flowmem._frozen import quick_init, quick_new
 from flowmem.errors import KeyConflict
 from flowmem.memory import Memory
 from flowmem.messages import canonical_messages
 from flowmem.metrics import Metrics
 from flowmem.plan import SLOT, AddEntry, AppendPlan, BufferView, PendingCall, plan_append
+from flowmem.plan._planner import plan_any, plan_one
 from flowmem.store import AppendOutcome, AppendStats, HistoryPage, Idempotency
 from flowmem.stores.memory import InMemoryStore
 from flowmem.stores.sqlite._view_cache import HotBuffer
@@ -241,7 +242,7 @@ _views = st.builds(
 def test_the_one_message_plan_is_the_planners(view: BufferView, message: dict[str, Any]) -> None:
     """The short path decides a one-message append exactly as the planner does."""
     canonical = canonical_messages(message)
-    assert plan_append(view, canonical) == plan._plan(view, canonical)
+    assert plan_append(view, canonical) == plan_any(view, canonical)
 
 
 @given(view=_views, known=st.frozensets(st.sampled_from(_IDS)),
@@ -285,7 +286,7 @@ def test_a_plan_on_a_partial_copy_is_the_plan_once_its_unknown_ids_are_learned(
 ])
 def test_the_common_one_message_appends_take_the_short_path(message: dict[str, Any]) -> None:
     view = BufferView({"c1": False}, frozenset({"c1"}), ())
-    assert plan._plan_one(view, canonical_messages(message)[0]) is not None
+    assert plan_one(view, canonical_messages(message)[0]) is not None
 
 
 @pytest.mark.parametrize("message", [
@@ -296,7 +297,7 @@ def test_the_common_one_message_appends_take_the_short_path(message: dict[str, A
 def test_the_rest_goes_through_the_planner(message: dict[str, Any]) -> None:
     view = BufferView({"c1": False, "c2": True}, frozenset({"c1", "c2", "c3"}),
                       [PendingCall("c3", 0, 0)])
-    assert plan._plan_one(view, canonical_messages(message)[0]) is None
+    assert plan_one(view, canonical_messages(message)[0]) is None
 
 
 def test_the_memory_store_forgets_its_last_buffer_when_the_key_is_replaced() -> None:

@@ -1,7 +1,7 @@
 """The store calls of a budgeted read and of a compaction (sans-I/O generators).
 
 Written once, for both faces, as :mod:`flowmem.coordinator` writes every
-operation: each function yields :class:`~flowmem.coordinator.StoreCall`\\s
+operation: each function yields :class:`~flowmem.store.StoreCall`\\s
 and receives the answers. A budgeted read pages BACKWARDS from the newest
 message (``history(last=, before=)``) until the budget is decided, and finds
 the leading system messages with a few more page reads positioned by the
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any, Final
 
-from ..coordinator import StoreCall
 from ..messages import Message
 from ..results import HistoryResult
 from ..scopes import StorageKey
+from ..store import StoreCall
 from ._budget import Entry, Fitter, leading_system
 from ._compact import (
     CompactionConflict,

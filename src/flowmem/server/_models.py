@@ -1,4 +1,4 @@
-"""Request and response bodies (pydantic), i.e. the ``/openapi.json`` schemas.
+"""Request bodies (pydantic): what ``/openapi.json`` says each door takes.
 
 Requests are strict (#9): unknown fields are refused, and a field takes only
 its own JSON type — ``true`` is not a number, ``"5"`` is not an integer.
@@ -6,13 +6,12 @@ Messages allow provider fields (``name``, ``tool_calls``, ...): the
 canonical shape keeps them in ``metadata``. No request body carries an
 identity: the caller is always the bearer token's user.
 
-Responses are the envelopes of :mod:`.responses`: :class:`Ok` wraps a
-result, :class:`Page` a paged one, each described exactly (no other keys).
+The response bodies are in :mod:`._response_models`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Generic, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -27,39 +26,24 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ..access import SESSION_STATUSES
 from ..messages import dialect_mistake
-from ._budget_fields import COUNTER_NAMES, CounterField, KeepSystem, MaxTokens, Omitted, Tokens
+from ._budget_fields import COUNTER_NAMES, CounterField, KeepSystem, MaxTokens
 from ._limits import Limits
 
 __all__ = [
     "COUNTER_NAMES",
     "AppendBody",
-    "AppendOut",
-    "DeleteOut",
     "EditBody",
     "EmptyBody",
     "GrantBody",
-    "Health",
     "HistoryBody",
-    "HistoryOut",
     "MemoryContext",
     "MessageIn",
-    "MessagePage",
-    "Ok",
-    "Page",
-    "Pagination",
-    "PositionedMessage",
     "ReadBody",
-    "ReadOut",
     "ScopedBody",
     "SessionCreate",
-    "SessionOut",
     "TurnBody",
-    "TurnOut",
-    "WhoAmI",
     "WriteBody",
-    "WriteOut",
 ]
 
 _DEFAULTS = Limits()
@@ -68,17 +52,11 @@ Key = Annotated[str, Field(min_length=1, max_length=512, description="The memory
 Scope = Literal["global", "workflow", "pipeline", "execution", "session", "user"]
 
 
-T = TypeVar("T")
-Status = Literal[SESSION_STATUSES]  # type: ignore[valid-type]
 MAX_WINDOW = 2**31 - 1
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class _Out(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class EmptyBody(_Strict):
@@ -229,181 +207,3 @@ class EditBody(_Strict):
     """Replace one stored message (admin only, MEM-15)."""
 
     message: MessageIn
-
-
-class SessionOut(_Out):
-    """A session. ``viewers`` is shown to those who manage it, else ``[]``."""
-
-    id: str
-    owner: str | None
-    title: str
-    viewers: list[str]
-    status: Status = Field(description="`idle` (no turn yet), `completed` (a turn finished), "
-                                       "`stopped` (STORE-11/12).")
-    created_at: float
-    updated_at: float
-
-
-class PositionedMessage(_Out):
-    """A stored message (canonical shape) and its stable position."""
-
-    position: int = Field(description="Its stable position (`-1`: a placeholder the repair of "
-                                      "a budgeted read added for a call still waiting; not "
-                                      "stored).")
-    message: dict[str, Any]
-
-
-class Rendered(_Out):
-    """The page as a provider takes it (sendable after MEM-5's repairs); ``dropped``
-    counts what the repairs and the target removed."""
-
-    format: str
-    dropped: int
-    output: list[dict[str, Any]] | dict[str, Any]
-
-
-class MessagePage(_Out):
-    """Messages oldest first; ``before`` is the cursor of the next older page (``null``
-    after a budgeted read, which also says ``tokens`` and ``omitted``)."""
-
-    messages: list[PositionedMessage]
-    before: int | None
-    rendered: Rendered | None = None
-    tokens: Tokens = None
-    omitted: Omitted = None
-
-
-class TurnOut(_Out):
-    """The MEM-14 report and the newest messages after the append."""
-
-    count: int
-    appended: int
-    appended_any: bool
-    replaced: int = Field(description="Late tool results stored in place of their "
-                                      "placeholders (MEM-10).")
-    dropped_results: int = Field(description="Tool results dropped as duplicates (MEM-1).")
-    dropped_turns: int = Field(description="Assistant turns dropped: every call id they "
-                                           "declare was already declared (MEM-2).")
-    healed: int = Field(description="Placeholders inserted for unanswered calls (MEM-3).")
-    refused: bool
-    messages: list[PositionedMessage]
-    before: int | None
-
-
-class _Where(_Out):
-    scope: Scope
-    resolved_scope_id: str
-    refused: bool = Field(description="The scope was refused (MEM-6/MEM-13): the neutral "
-                                      "MEM-7 result, nothing read or stored.")
-
-
-class ReadOut(_Where):
-    """A read; refused: ``found`` false and the default. ``written_by``: who last wrote
-    a shared-scope value through the service (``null``: unknown)."""
-
-    value: Any = None
-    found: bool
-    written_by: str | None
-
-
-class WriteOut(_Where):
-    """A write; refused: ``ok`` false."""
-
-    ok: bool
-
-
-class DeleteOut(_Where):
-    """A delete; refused: ``ok`` false. A missing key is ``ok`` and not ``found``."""
-
-    ok: bool
-    found: bool
-
-
-class AppendOut(_Where):
-    """An append (MEM-14); refused: count 0, an empty buffer."""
-
-    count: int
-    appended: int
-    appended_any: bool
-    replaced: int = Field(description="Late tool results stored in place of their "
-                                      "placeholders (MEM-10).")
-    dropped_results: int = Field(description="Tool results dropped as duplicates (MEM-1).")
-    dropped_turns: int = Field(description="Assistant turns dropped: every call id they "
-                                           "declare was already declared (MEM-2).")
-    healed: int = Field(description="Placeholders inserted for unanswered calls (MEM-3).")
-    messages: list[PositionedMessage]
-    before: int | None
-
-
-class HistoryOut(_Where):
-    """A page of a conversation, oldest first; refused: empty. With ``format``,
-    ``rendered`` holds the page in that provider's shape. A budgeted read
-    (``max_tokens``) also says ``tokens`` and ``omitted``; its ``before`` is ``null``."""
-
-    messages: list[PositionedMessage]
-    before: int | None
-    rendered: Rendered | None = None
-    tokens: Tokens = None
-    omitted: Omitted = None
-
-
-class WhoAmI(_Out):
-    """The caller as the token says."""
-
-    user_id: str | None
-    admin: bool
-    anonymous: bool
-
-
-class Health(_Out):
-    """The service is up."""
-
-    status: Literal["ok"]
-
-
-class Pagination(_Out):
-    """API-5: exactly these four keys, in this order; ``has_more`` = offset + limit < total."""
-
-    total: int
-    limit: int
-    offset: int
-    has_more: bool
-
-
-class ErasureCounts(_Out):
-    """What an erasure deleted (or, a dry run, would delete), by kind."""
-
-    conversations: int
-    values: int
-    messages: int
-    idempotency_records: int
-    sessions: int
-    viewer_links: int
-    tokens: int
-    writer_records: int
-
-
-class ErasureOut(_Out):
-    """An erasure's receipt: for whom, when (ISO 8601, UTC), whether a dry run, the counts
-    and their total. Never any content."""
-
-    user_id: str
-    erased_at: str
-    dry_run: bool
-    counts: ErasureCounts
-    total: int
-
-
-class Ok(_Out, Generic[T]):
-    """The result envelope."""
-
-    success: Literal[True]
-    data: T
-
-
-class Page(_Out, Generic[T]):
-    """The paged envelope (API-5, API-6)."""
-
-    success: Literal[True]
-    data: T
-    pagination: Pagination

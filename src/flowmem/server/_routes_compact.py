@@ -32,7 +32,8 @@ from ._deps import Identified, Server
 from ._guard import memory_context
 from ._idempotency import IdempotencyHeader, mark_replayed, memory_key
 from ._limits import Limits
-from ._models import Format, Ok, ScopedBody, _Where
+from ._models import Format, ScopedBody
+from ._response_models import Ok, _Where
 from ._responses import ApiError, AsciiJSONResponse, ok
 from ._route import GatedRoute
 

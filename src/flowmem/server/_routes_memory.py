@@ -37,21 +37,9 @@ from ._deps import (
 from ._guard import memory_context, stamp
 from ._idempotency import IdempotencyHeader, mark_replayed, memory_key
 from ._limits import check_value, json_bytes
-from ._models import (
-    AppendBody,
-    AppendOut,
-    DeleteOut,
-    HistoryBody,
-    HistoryOut,
-    Ok,
-    Page,
-    ReadBody,
-    ReadOut,
-    ScopedBody,
-    WriteBody,
-    WriteOut,
-)
+from ._models import AppendBody, HistoryBody, ReadBody, ScopedBody, WriteBody
 from ._prefer import PreferHeader, mark_minimal, wants_minimal
+from ._response_models import AppendOut, DeleteOut, HistoryOut, Ok, Page, ReadOut, WriteOut
 from ._responses import ApiError, AsciiJSONResponse, clamp_page, ok, paged
 from ._route import GatedRoute
 

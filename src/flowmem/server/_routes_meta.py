@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from ..service._registry import reserved
 from ._deps import Caller, Server
-from ._models import Health, Ok, WhoAmI
+from ._response_models import Health, Ok, WhoAmI
 from ._responses import AsciiJSONResponse, ok
 
 __all__ = ["router"]

@@ -31,21 +31,9 @@ from ._deps import (
 )
 from ._idempotency import IdempotencyHeader, mark_replayed, memory_key
 from ._limits import Limits, check_messages
-from ._models import (
-    COUNTER_NAMES,
-    EditBody,
-    EmptyBody,
-    GrantBody,
-    MessagePage,
-    Ok,
-    Page,
-    PositionedMessage,
-    SessionCreate,
-    SessionOut,
-    TurnBody,
-    TurnOut,
-)
+from ._models import COUNTER_NAMES, EditBody, EmptyBody, GrantBody, SessionCreate, TurnBody
 from ._prefer import PreferHeader, mark_minimal, wants_minimal
+from ._response_models import MessagePage, Ok, Page, PositionedMessage, SessionOut, TurnOut
 from ._responses import ApiError, AsciiJSONResponse, clamp_page, ok, paged
 from ._route import GatedRoute
 

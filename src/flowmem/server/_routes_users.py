@@ -19,7 +19,7 @@ from fastapi import APIRouter, Path, Query, Request
 
 from ..service._erasure import erase_user
 from ._deps import Identified, Server
-from ._models import ErasureOut, Ok
+from ._response_models import ErasureOut, Ok
 from ._responses import ApiError, AsciiJSONResponse, ok
 from ._route import GatedRoute
 

@@ -45,12 +45,11 @@ from ._common import (
     AsyncFace,
     PostgresOptions,
     TransactionState,
-    broken,
     connect_kwargs,
-    mapped,
     unserialized,
 )
 from ._deadline import Deadline, arm, disarm
+from ._errors import broken, mapped
 from ._prepared import Replay, RoundTrip, Statements, Switch
 from ._schema import quoted_schema
 from ._tails import TailPrograms, Tails

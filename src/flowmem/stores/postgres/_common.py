@@ -1,6 +1,7 @@
 """What the blocking and the asyncio PostgreSQL stores share: the URL, the
 bounds of every wait, the MEM-12 lock id, the statements that open a
-transaction, how a step becomes one query string, and the error mapping.
+transaction and how a step becomes one query string (the error mapping is
+:mod:`flowmem.stores.postgres._errors`).
 
 Only the I/O differs between the two faces, and it is written once:
 :mod:`flowmem.stores.postgres._async` is the source, ``_sync.py`` is generated
@@ -41,8 +42,6 @@ from typing import Any, Final
 from ...errors import (
     InvalidStoreURL,
     MissingDependency,
-    OutcomeUnknown,
-    StoreBusy,
     StoreError,
     StoreUnavailable,
 )
@@ -52,16 +51,13 @@ try:
     import psycopg
     from psycopg import adapt
     from psycopg import errors as pg_errors
-    from psycopg.pq import ExecStatus, TransactionStatus
+    from psycopg.pq import ExecStatus
 except ImportError as exc:  # pragma: no cover - exercised without the extra
     raise MissingDependency("psycopg", "postgres") from exc
-try:
-    from psycopg_pool import PoolClosed, PoolTimeout
-except ImportError as exc:  # pragma: no cover - exercised without the extra
-    raise MissingDependency("psycopg_pool", "postgres") from exc
 
 from ..sql._program import Rows, Statement
 from ._deadline import Deadline, arm, disarm
+from ._errors import broken, mapped
 from ._options import (
     LIBPQ_DEFAULTS,
     ROW_LOCK_GRACE,
@@ -86,9 +82,7 @@ __all__ = [
     "TransactionState",
     "advisory_key",
     "begin",
-    "broken",
     "connect_kwargs",
-    "mapped",
     "pg",
     "query",
     "rows_of",
@@ -101,10 +95,6 @@ EDIT_LOCK_TIMEOUT: Final = 30.0  # the administrative edit, as on SQLite
 MIGRATION_TIMEOUT: Final = 300.0  # opening: the first start's or an upgrade's DDL
 SQL: Final = PostgresConversations()
 _MAX_TIMEOUT_MS: Final = 2**31 - 1
-_UNAVAILABLE_STATES: Final = ("57P01", "57P02", "57P03")  # shutdown, crash, cannot connect now
-_BUSY_STATES: Final = ("55P03", "40P01", "40001")  # lock timeout, deadlock, serialization
-_RETRY: Final = "retry with the same idempotency key (it is then stored once)"
-_STATEMENT_TIMEOUT: Final = "57014"  # query_canceled: statement_timeout (or a cancel request)
 
 
 def advisory_key(schema: str, key: StorageKey) -> int:
@@ -298,46 +288,6 @@ def rows_of(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any],
     if not rows:
         raise pg_errors.InternalError("got no result from the query")
     return rows
-
-
-def broken(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
-    """Whether a connection can no longer be trusted (closed, or its state unknown)."""
-    return conn.closed or conn.info.transaction_status == TransactionStatus.UNKNOWN
-
-
-def mapped(exc: BaseException, *, lost: bool = False, committing: bool = False,
-           timed_out: float | None = None) -> StoreError:
-    """psycopg's and the pool's errors as flowmem's (never a driver exception outside).
-
-    ``timed_out``: the client's deadline (that many seconds) cut the connection.
-    """
-    if isinstance(exc, PoolClosed):
-        return StoreError("the PostgreSQL store is closed")
-    if isinstance(exc, PoolTimeout):
-        return StoreUnavailable(f"no PostgreSQL connection within pool_timeout (server "
-                                f"unreachable or pool exhausted): {exc}")
-    if timed_out is not None:
-        if committing:  # the COMMIT may have run: the answer is what was lost
-            return OutcomeUnknown(f"PostgreSQL did not answer within {timed_out:.1f}s "
-                                  f"(server stopped, hung or unreachable) during COMMIT; the "
-                                  f"connection was closed and the operation may or may not "
-                                  f"have been stored: {_RETRY}")
-        return StoreUnavailable(f"PostgreSQL did not answer within {timed_out:.1f}s (server "
-                                f"stopped, hung or unreachable); the connection was closed "
-                                f"and nothing was stored")
-    state = getattr(exc, "sqlstate", None) or ""
-    if state == _STATEMENT_TIMEOUT:  # the server's own error: its transaction rolled back
-        return StoreUnavailable(f"PostgreSQL statement ran past statement_timeout (server "
-                                f"overloaded or stalled); nothing was stored: {exc}")
-    if (lost or state.startswith("08") or state in _UNAVAILABLE_STATES
-            or (isinstance(exc, psycopg.OperationalError) and not state)):
-        if committing:
-            return OutcomeUnknown(f"PostgreSQL connection lost during COMMIT; the operation "
-                                  f"may or may not have been stored: {_RETRY}: {exc}")
-        return StoreUnavailable(f"PostgreSQL connection lost; nothing was stored: {exc}")
-    if state in _BUSY_STATES:
-        return StoreBusy(f"PostgreSQL lock wait failed ({state}): {exc}")
-    return StoreError(f"PostgreSQL error ({state or 'client'}): {exc}")
 
 
 def setup(options: PostgresOptions) -> None:
