@@ -90,8 +90,11 @@ def test_the_model_test_on_the_cluster(url: str, face: str) -> None:
     The planning both topologies share runs on a single node (40 examples blocking,
     20 asyncio: ``tests/stores/test_store_contract.py``, ``test_async_store_contract.py``);
     a dozen a face here prove a conversation's keys travel together to their slot.
+    Each example opens a client of its own; closing and reopening one mid-sequence
+    (a new client discovering the slots, most of this test's time when it did) is
+    the conformance suite's ``test_reopen_keeps_everything``, on both faces above.
     """
-    store_model_test(lambda: _open(url, face), reopenable=True, max_examples=examples(12))
+    store_model_test(lambda: _open(url, face), reopenable=False, max_examples=examples(12))
 
 
 def test_one_url_both_topologies_and_its_forms(cluster: PrivateCluster, url: str) -> None:
