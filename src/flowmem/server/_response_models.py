@@ -84,8 +84,8 @@ class MessagePage(_Out):
     omitted: Omitted = None
 
 
-class TurnOut(_Out):
-    """The MEM-14 report and the newest messages after the append."""
+class _Report(_Out):
+    """What an append changed (MEM-14) and the newest messages after it."""
 
     count: int
     appended: int
@@ -96,9 +96,14 @@ class TurnOut(_Out):
     dropped_turns: int = Field(description="Assistant turns dropped: every call id they "
                                            "declare was already declared (MEM-2).")
     healed: int = Field(description="Placeholders inserted for unanswered calls (MEM-3).")
-    refused: bool
     messages: list[PositionedMessage]
     before: int | None
+
+
+class TurnOut(_Report):
+    """The MEM-14 report and the newest messages after the append."""
+
+    refused: bool
 
 
 class _Where(_Out):
@@ -130,20 +135,8 @@ class DeleteOut(_Where):
     found: bool
 
 
-class AppendOut(_Where):
+class AppendOut(_Report, _Where):
     """An append (MEM-14); refused: count 0, an empty buffer."""
-
-    count: int
-    appended: int
-    appended_any: bool
-    replaced: int = Field(description="Late tool results stored in place of their "
-                                      "placeholders (MEM-10).")
-    dropped_results: int = Field(description="Tool results dropped as duplicates (MEM-1).")
-    dropped_turns: int = Field(description="Assistant turns dropped: every call id they "
-                                           "declare was already declared (MEM-2).")
-    healed: int = Field(description="Placeholders inserted for unanswered calls (MEM-3).")
-    messages: list[PositionedMessage]
-    before: int | None
 
 
 class HistoryOut(_Where):
