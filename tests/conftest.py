@@ -9,17 +9,19 @@ import pytest
 from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).parent / "support"))
-
 from backends import BACKENDS, SESSION_TAG, Backend, make_backend, unavailable
 from flowmem.store import Store
 from profiles import PROFILE
 
 settings.load_profile(PROFILE)  # HYPOTHESIS_PROFILE=thorough: more examples (profiles.py)
+# Bytecode caches are written even where PYTHONDONTWRITEBYTECODE is set: without
+# them every worker rewrites and compiles every test module again on every run.
+sys.dont_write_bytecode = False
 
 TESTS = Path(__file__).parent
 # What a folder's tests need, as markers (registered in pyproject.toml), so that
-# `pytest -m "not (postgres or redis or processes or server or browser)"` is the
-# quick loop. A test elsewhere that needs one says so itself (``pytestmark``);
+# `pytest -n auto -m "not (postgres or redis or processes or server or browser)"` is
+# the quick loop. A test elsewhere that needs one says so itself (``pytestmark``);
 # a test run on each backend in turn is marked by its backend parameter.
 FOLDER_MARKS: dict[tuple[str, ...], tuple[str, ...]] = {
     ("stores", "postgres"): ("postgres",),
