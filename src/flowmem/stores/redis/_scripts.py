@@ -11,7 +11,9 @@ sit on one Redis Cluster slot and one script may touch them all::
                                           "A<id>\\0<id>..." declaring turn
     {P:scope:scope_id:key}:res    hash    id -> position of its result ("h" prefix:
                                           a healed placeholder)        (sql: the
-                                          UNIQUE (buffer, result_id) index)
+                                          UNIQUE (buffer, result_id) index);
+                                          id + NUL -> its newest alias with a
+                                          result (._per_turn_lua)
     {P:scope:scope_id:key}:calls  hash    id -> "turn:ord,turn:ord"  (every declaration)
     {P:scope:scope_id:key}:pend   hash    id -> "turn:ord"           (unanswered calls)
     {P:scope:scope_id:key}:lock   string  the MEM-12 lease: a token, expiring (PX)
