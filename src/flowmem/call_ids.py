@@ -30,7 +30,7 @@ result no open declaration awaits is judged against (MEM-1, MEM-10), and the tur
 of an id's first declaration, whose fingerprint tells a copy of it (MEM-2). A
 per-turn :class:`~flowmem.Memory` gives the caller's ids back on every read
 (:func:`caller_messages`) and maps an edit's ids back (:func:`stored_edit`);
-under this policy an incoming id of the alias shape is refused. The pass deciding
+under this policy an incoming id holding U+001F is refused. The pass deciding
 the stored ids (:func:`assign`) reads the same view as the planner, one batch at
 a time (:class:`PerTurn` carries the policy to it through every store).
 """
@@ -130,15 +130,17 @@ def fingerprint(message: Message, call: str) -> str:
 
 
 def refuse_aliases(incoming: Sequence[Message]) -> None:
-    """Refuse (:class:`~flowmem.errors.InvalidMessage`) an incoming id of the alias shape:
-    under ``per_turn`` it would read as another declaration's."""
+    """Refuse (:class:`~flowmem.errors.InvalidMessage`) an incoming id holding U+001F:
+    under ``per_turn`` that character starts a stored alias, and an id holding it would
+    read as another declaration's, or fall in the range of another id's aliases that
+    the SQL stores look up (``result_id >= id || U+001F``)."""
     for index, message in enumerate(incoming):
         answered = result_id(message)
         for call in ([] if answered is None else [answered]) + declared_call_ids(message):
-            if _SEP in call and _ALIAS.fullmatch(call):
-                raise InvalidMessage(f"call id {call!r} has the shape of a stored alias "
-                                     "(U+001F and 12 hex digits), refused under "
-                                     "call_ids='per_turn'", index=index, field="tool_call_id")
+            if _SEP in call:
+                raise InvalidMessage(f"call id {call!r} holds U+001F, which starts a stored "
+                                     "alias: refused under call_ids='per_turn'",
+                                     index=index, field="tool_call_id")
 
 
 def per_turn_ids(incoming: Sequence[Message]) -> set[str]:

@@ -101,6 +101,8 @@ def test_policy_and_alias_shaped_ids_are_refused() -> None:
     with flowmem.Memory.from_url("memory://", call_ids="per_turn") as memory:
         with pytest.raises(InvalidMessage, match="alias"):
             memory.append("workflow", "k", turn("1\x1f0123456789ab"), context=CONTEXT)
+        with pytest.raises(InvalidMessage, match="alias"):  # in another id's alias range
+            memory.append("workflow", "k", turn("1\x1fnot-hex"), context=CONTEXT)
         assert memory.history("workflow", "k", context=CONTEXT).messages == []
     with flowmem.Memory.from_url("memory://") as strict:  # strict takes any id as it is
         strict.append("workflow", "k", turn("1\x1f0123456789ab"), context=CONTEXT)
