@@ -15,11 +15,9 @@ Everything else about running an example is in :func:`run_chain`.
 from __future__ import annotations
 
 import os
-import random
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +29,7 @@ from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from backends import POSTGRES_URL, REDIS_URL, unavailable
+from server_support import free_port
 
 __all__ = ["ROOT", "Example", "Outcome", "adapt", "chains", "console_commands", "doc_paths",
            "examples", "run_chain"]
@@ -256,21 +255,6 @@ def serving(cwd: Path, env: dict[str, str], port: int) -> Iterator[None]:
         log.close()
 
 
-def _unshared_port() -> int:
-    """A free port below the kernel's ephemeral range (32768 and up), where the rest of the
-    suite's ``bind(0)`` probes pick theirs: another test's server cannot take it between
-    this probe and ``flowmem serve`` binding it, then answer this chain's requests."""
-    chooser = random.SystemRandom()
-    while True:
-        port = chooser.randrange(20000, 32000)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-
-
 def _needs_service(codes: list[str]) -> bool:
     """A chain that talks to localhost:8080 but starts no ``flowmem serve`` itself."""
     talks = any(re.search(rf"(localhost|127\.0\.0\.1):{DOC_PORT}\b", c) for c in codes)
@@ -294,7 +278,7 @@ def run_chain(chain: list[Example], home: Path, tag: str) -> tuple[list[Outcome]
     work, scratch = home / "work", home / "scripts"
     work.mkdir()
     scratch.mkdir()
-    port = _unshared_port()
+    port = free_port()  # below the ephemeral range (server_support)
     adapted = [adapt(example.code, port=port, tag=tag) for example in chain]
     for backend in set().union(*(needs for _, needs in adapted)):
         reason = unavailable(backend)

@@ -16,6 +16,7 @@ and that code's status; a JSON result is ``{success: true, data[, pagination]}``
 from __future__ import annotations
 
 import json
+import random
 import shutil
 import signal
 import socket
@@ -176,10 +177,19 @@ def close_worlds(keep: int = 0) -> None:
 
 
 def free_port() -> int:
-    """A TCP port free right now on 127.0.0.1."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port free right now on 127.0.0.1, for a server a test starts: drawn below the
+    kernel's ephemeral range (32768 and up), where ``bind(0)`` picks, so that no port
+    handed out by ``bind(0)`` elsewhere can be taken by two servers between the probe and
+    the bind, and then answer another test's requests."""
+    chooser = random.SystemRandom()
+    while True:
+        port = chooser.randrange(20000, 32000)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
 
 
 @contextmanager
