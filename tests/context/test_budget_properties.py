@@ -24,7 +24,7 @@ from flowmem.context import approximate, fit
 from flowmem.context._budget import _paired, clean, countable, leading_system, render_for
 from flowmem.messages import coerce_content
 from flowmem.normalize import repair_pairing
-from formats_support import WRITERS, conversations, type_errors
+from formats_support import WRITERS, call_results, conversations, type_errors
 
 DIALECTS = ("canonical", "openai", "responses", "anthropic")
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True,
@@ -173,18 +173,9 @@ def seeded_conversation(rng: random.Random) -> list[dict[str, Any]]:
                 calls.append((f"call_{counter}", "search", {"q": "cats", "n": counter}))
             events.append({"kind": "assistant", "text": None, "calls": calls,
                            "thinking": False, "reasoning": False})
-            for call_id, _name, _args in calls:
-                fate = rng.choice(["ok"] * 6 + ["refire", "lost", "late"])
-                result = {"kind": "result", "id": call_id, "text": "found " * rng.randint(1, 30)}
-                if fate == "late":
-                    late.append(result)
-                    interrupted = True
-                elif fate == "lost":
-                    interrupted = True
-                else:
-                    events.append(result)
-                    if fate == "refire":
-                        events.append({**result, "text": "again"})
+            if call_results(calls, lambda: rng.choice(["ok"] * 6 + ["refire", "lost", "late"]),
+                            lambda: "found " * rng.randint(1, 30), events, late):
+                interrupted = True
         if not interrupted:
             events.append({"kind": "assistant", "text": "done " * rng.randint(1, 10),
                            "calls": [], "thinking": False, "reasoning": False})

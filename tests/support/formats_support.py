@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,31 @@ words = st.sampled_from(["hi", "find cats", "Found 3 cats", "ok", "résumé ✓"
 
 # --------------------------------------------------------------------------- events
 
+FATES = st.sampled_from(["ok"] * 6 + ["refire", "lost", "late"])
+"""A call's fate: answered, answered twice (re-fired), never answered (lost: healed at
+the next user turn) or answered after the next user turn (late)."""
+
+
+def call_results(calls: list[tuple[str, str, dict[str, Any]]], fate: Callable[[], str],
+                 text: Callable[[], str], events: list[Event], late: list[Event]) -> bool:
+    """The results of one round of ``calls``, each by its ``fate()`` (see :data:`FATES`):
+    appended to ``events``, or kept in ``late`` for after the next user turn. Whether any
+    was lost or late (then the turn ends interrupted)."""
+    interrupted = False
+    for call_id, _name, _args in calls:
+        kind = fate()
+        result: Event = {"kind": "result", "id": call_id, "text": text()}
+        if kind == "late":
+            late.append(result)
+            interrupted = True
+        elif kind == "lost":
+            interrupted = True
+        else:
+            events.append(result)
+            if kind == "refire":
+                events.append({**result, "text": "again"})
+    return interrupted
+
 @st.composite
 def conversations(draw: st.DrawFn, faults: bool = True) -> list[Event]:
     """Dialect-neutral events of one conversation, faults included unless ``faults=False``."""
@@ -70,19 +95,9 @@ def conversations(draw: st.DrawFn, faults: bool = True) -> list[Event]:
             events.append({"kind": "assistant", "text": draw(st.one_of(st.none(), words)),
                            "calls": calls, "thinking": draw(st.booleans()),
                            "reasoning": draw(st.booleans())})
-            for call_id, _name, _args in calls:
-                fate = draw(st.sampled_from(["ok"] * 6 + ["refire", "lost", "late"])) \
-                    if faults else "ok"
-                result = {"kind": "result", "id": call_id, "text": draw(words)}
-                if fate == "late":
-                    late.append(result)
-                    interrupted = True
-                elif fate == "lost":
-                    interrupted = True
-                else:
-                    events.append(result)
-                    if fate == "refire":
-                        events.append({**result, "text": "again"})
+            if call_results(calls, lambda: draw(FATES) if faults else "ok",
+                            lambda: draw(words), events, late):
+                interrupted = True
         if not interrupted:
             events.append({"kind": "assistant", "text": draw(words), "calls": [],
                            "thinking": False, "reasoning": False})
