@@ -5,8 +5,8 @@ TCP bounds a dead peer (keepalives, ``tcp_user_timeout``), but a server that
 is stopped (``SIGSTOP``) or hung while its kernel still acknowledges TCP
 sends nothing and trips none of them. So every operation arms a deadline on
 its connection (:func:`arm`) and disarms it when done (:func:`disarm`). One
-daemon thread per process looks at the armed deadlines every
-:data:`TICK` seconds and, past one, shuts the connection's socket down: the
+daemon thread per process sleeps until the earliest armed deadline (or, with
+none armed, until one is) and, past it, shuts the connection's socket down: the
 blocked read (blocking face) or the event loop's reader (asyncio face) sees
 end-of-file at once, psycopg marks the connection broken, the pool discards
 it and the store raises :class:`~flowmem.errors.StoreUnavailable`. No cancel
@@ -16,22 +16,23 @@ The socket is shut down through a duplicate of its descriptor taken when the
 deadline is armed, so the watchdog never touches psycopg's connection object
 and never a descriptor number that may have been reused; :func:`disarm`
 closes the duplicate only once the watchdog is done with it. Cost on the hot
-path: a ``dup``, a ``close`` and two dict operations (a few µs).
+path: a ``dup``, a ``close``, an uncontended lock and two dict operations (a few
+µs). An idle process's watchdog never wakes; a busy one wakes about once per
+deadline length, since an operation almost always disarms long before its
+deadline.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import socket
 import threading
 import time
-from typing import Any, Final
+from typing import Any
 
-__all__ = ["TICK", "Deadline", "arm", "disarm"]
-
-TICK: Final = 0.1
-"""Seconds between two looks of the watchdog (how late past its deadline a cut may come)."""
+__all__ = ["Deadline", "arm", "disarm"]
 
 
 class Deadline:
@@ -54,24 +55,29 @@ class _Watchdog:
         self.armed: dict[int, Deadline] = {}
         self.serials = itertools.count()
         self.cutting = threading.Lock()  # held while a socket is being shut down
-        self.starting = threading.Lock()
+        self.changed = threading.Condition(threading.Lock())
+        self.wake_at = math.inf  # when the thread next looks (guarded by ``changed``)
         self.started = False
 
-    def start(self) -> None:
-        with self.starting:
+    def add(self, deadline: Deadline) -> None:
+        with self.changed:
+            self.armed[deadline.serial] = deadline
             if not self.started:
                 threading.Thread(target=self.watch, name="flowmem-postgres-watchdog",
                                  daemon=True).start()
                 self.started = True
+            elif deadline.at < self.wake_at:
+                self.changed.notify()
 
     def watch(self) -> None:
         while True:
-            time.sleep(TICK)
-            now = time.monotonic()
-            try:
-                due = [d for d in self.armed.copy().values() if d.at <= now]
-            except RuntimeError:  # resized while copied: look again next tick
-                continue
+            with self.changed:
+                now = time.monotonic()
+                due = [d for d in self.armed.values() if d.at <= now]
+                if not due:
+                    self.wake_at = min((d.at for d in self.armed.values()), default=math.inf)
+                    self.changed.wait(None if self.wake_at == math.inf else self.wake_at - now)
+                    continue
             for deadline in due:
                 self.cut(deadline)
 
@@ -112,9 +118,7 @@ def arm(conn: Any, seconds: float) -> Deadline | None:
         return None
     watchdog = _WATCHDOG
     deadline = Deadline(next(watchdog.serials), os.dup(conn.pgconn.socket), seconds)
-    watchdog.armed[deadline.serial] = deadline
-    if not watchdog.started:
-        watchdog.start()
+    watchdog.add(deadline)
     return deadline
 
 
@@ -123,7 +127,9 @@ def disarm(deadline: Deadline | None) -> None:
     if deadline is None:
         return
     watchdog = _WATCHDOG
-    if watchdog.armed.pop(deadline.serial, None) is None:
+    with watchdog.changed:  # the thread reads ``armed`` under it
+        taken = watchdog.armed.pop(deadline.serial, None) is None
+    if taken:
         with watchdog.cutting:
             pass  # the watchdog took it: wait until it is done with the descriptor
     os.close(deadline.fd)

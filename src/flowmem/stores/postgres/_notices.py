@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import psycopg
+from psycopg import pq
 
 from ..sql._program import Batch, Program
 from ._options import PostgresOptions, connect_kwargs
@@ -30,6 +31,30 @@ _BACKOFF: Final = (0.05, 0.2, 1.0, 2.0)
 def channel_of(schema: str) -> str:
     """The channel of a schema's notices (an identifier, whatever the schema's name)."""
     return "flowmem_" + hashlib.sha256(schema.encode()).hexdigest()[:24]
+
+
+async def _relay(pgconn: Any, notice: Callable[[str], None]) -> None:
+    """Hand each notice on ``pgconn`` to ``notice`` as it arrives, until the connection
+    fails (raises :class:`psycopg.OperationalError`).
+
+    Waits on the socket: psycopg's ``notifies()`` wakes every 0.1 s to look for
+    one, which an otherwise idle process would pay for all day.
+    """
+    loop = asyncio.get_running_loop()
+    readable = asyncio.Event()
+    fd = pgconn.socket
+    loop.add_reader(fd, readable.set)
+    try:
+        while True:
+            await readable.wait()
+            readable.clear()
+            pgconn.consume_input()
+            if pgconn.status != pq.ConnStatus.OK:
+                raise psycopg.OperationalError("the LISTEN connection was closed")
+            while (found := pgconn.notifies()) is not None:
+                notice(found.extra.decode("utf-8", "replace"))
+    finally:
+        loop.remove_reader(fd)
 
 
 def _notify(channel: str, payload: str) -> Program[None]:
@@ -72,8 +97,7 @@ class PostgresNotices:
                         await conn.execute(f'LISTEN "{self._channel}"')
                         failures = 0
                         connected()
-                        async for found in conn.notifies():
-                            notice(found.payload)
+                        await _relay(conn.pgconn, notice)
                 except psycopg.Error as exc:
                     logger.warning("flowmem: the LISTEN connection dropped (%s); "
                                    "reconnecting", exc)
