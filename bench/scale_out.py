@@ -2,11 +2,12 @@
 pgbouncer: appends/s, p99, serve and PostgreSQL CPU and transactions per append.
 
 ``python bench/scale_out.py [--replicas 1,2,4] [--modes direct,pgbouncer]
-[--clients 32] [--seconds 8] [--rate R]``
+[--clients 32] [--seconds 8] [--rate R[,R2…]]``
 
 ``--rate``: about R appends/s offered in all (each client waits after a reply), below
 what one replica serves: then CPU per append shows what a replica adds, not how two
-cores shared by more processes slow them all.
+cores shared by more processes slow them all. Several rates: each replica count at
+each (one replica at a quarter of the rate carries what each of four carries).
 
 A private server (``tests/support/postgres_private.py``) so its CPU and
 ``pg_stat_database.xact_commit`` count this benchmark alone; ``flowmem serve
@@ -79,25 +80,27 @@ def run(args: argparse.Namespace) -> list[str]:
     dsn = f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
     rows: list[str] = []
     try:
-        for mode in args.modes.split(","):
-            for replicas in (int(n) for n in args.replicas.split(",")):
-                schema = f"scale_{mode}_{replicas}"
-                secret = token(f"{dsn}?schema={schema}", "bench")  # creates the schema directly
-                with _store(mode, server, schema, replicas) as url, \
-                        serve(url, workers=replicas) as (base, pid):
-                    sids = sessions(base, secret, args.clients)
-                    before = _xacts(dsn)
-                    pg_before = cpu_seconds(server.postmaster())
-                    pace = round(args.clients * 1000 / args.rate) if args.rate else 0
-                    figures = measure_wrk(base, secret, sids, args.seconds, pid, pace_ms=pace)
-                    pg_cpu = cpu_seconds(server.postmaster()) - pg_before
-                    after = _xacts(dsn)
-                n = max(figures["appends"], 1)
-                rows.append(f"| {mode} | {replicas} | {args.clients} | {figures['appends']} | "
-                            f"{figures['rate']:,.0f} | {figures['p99_ms']:.1f} | "
-                            f"{figures['server_cpu']:.2f} | {pg_cpu * 1000 / n:.2f} | "
-                            f"{(after - before - 1) / n:.3f} | {os.getloadavg()[0]:.2f} |")
-                print(rows[-1], file=sys.stderr, flush=True)
+        for mode, replicas, rate in ((m, int(n), float(r)) for m in args.modes.split(",")
+                                 for n in args.replicas.split(",")
+                                 for r in args.rate.split(",")):
+            schema = f"scale_{mode}_{replicas}_{int(rate)}"
+            secret = token(f"{dsn}?schema={schema}", "bench")  # creates the schema directly
+            with _store(mode, server, schema, replicas) as url, \
+                    serve(url, workers=replicas) as (base, pid):
+                sids = sessions(base, secret, args.clients)
+                before = _xacts(dsn)
+                pg_before = cpu_seconds(server.postmaster())
+                pace = round(args.clients * 1000 / rate) if rate else 0
+                figures = measure_wrk(base, secret, sids, args.seconds, pid, pace_ms=pace)
+                pg_cpu = cpu_seconds(server.postmaster()) - pg_before
+                after = _xacts(dsn)
+            n, offered = max(figures["appends"], 1), f"{rate:g}" if rate else "—"
+            rows.append(f"| {mode} | {replicas} | {offered} | {args.clients} | "
+                        f"{figures['appends']} | {figures['rate']:,.0f} | "
+                        f"{figures['p99_ms']:.1f} | "
+                        f"{figures['server_cpu']:.2f} | {pg_cpu * 1000 / n:.2f} | "
+                        f"{(after - before - 1) / n:.3f} | {os.getloadavg()[0]:.2f} |")
+            print(rows[-1], file=sys.stderr, flush=True)
     finally:
         server.remove()
     return rows
@@ -110,12 +113,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", default="direct,pgbouncer")
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=8.0)
-    parser.add_argument("--rate", type=float, default=0.0,
+    parser.add_argument("--rate", default="0",
                         help="offer about this many appends/s in all (0: as many as served)")
     rows = run(parser.parse_args(argv))
-    print("| mode | serve replicas | clients | appends | appends/s | p99 ms | "
+    print("| mode | serve replicas | offered/s | clients | appends | appends/s | p99 ms | "
           "serve CPU ms/append | PostgreSQL CPU ms/append | transactions/append | load |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     print("\n".join(rows))
 
 
