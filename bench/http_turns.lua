@@ -3,7 +3,9 @@
 -- session. The sessions and the token come in the environment:
 --   FLOWMEM_TOKEN, FLOWMEM_SESSIONS (comma-separated ids, one per thread),
 --   FLOWMEM_PREFER (optional Prefer header value, e.g. "return=minimal"),
---   FLOWMEM_PACE_MS (optional: each client waits that long after a reply: a fixed load).
+--   FLOWMEM_PACE_MS (optional: each client waits that long after a reply, on average: a fixed
+--   load; each wait is drawn from [0, 2 × pace] by a generator seeded per client, so the
+--   clients do not send in step).
 -- done() prints one JSON line: requests, errors, non-2xx, p50 and p99 latency (us).
 
 local sessions = {}
@@ -13,17 +15,19 @@ end
 local token = os.getenv("FLOWMEM_TOKEN") or ""
 local prefer = os.getenv("FLOWMEM_PREFER") or ""
 local pace = tonumber(os.getenv("FLOWMEM_PACE_MS") or "") or 0
-if pace > 0 then function delay() return pace end end
+if pace > 0 then function delay() return math.random(0, 2 * pace) end end
 local threads = {}
 local counter = 0
 
 function setup(thread)
   counter = counter + 1
   thread:set("sid", sessions[((counter - 1) % #sessions) + 1])
+  thread:set("seed", counter)
   table.insert(threads, thread)
 end
 
 function init(args)
+  math.randomseed(seed)
   n = 0
   non2xx = 0
   path = "/v1/sessions/" .. sid .. "/turns"
