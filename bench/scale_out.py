@@ -2,12 +2,14 @@
 pgbouncer: appends/s, p99, serve and PostgreSQL CPU and transactions per append.
 
 ``python bench/scale_out.py [--replicas 1,2,4] [--modes direct,pgbouncer]
-[--clients 32] [--seconds 8] [--rate R[,R2…]]``
+[--clients 32] [--seconds 8] [--rate R[,R2…]] [--per-replica]``
 
 ``--rate``: about R appends/s offered in all (each client waits after a reply), below
 what one replica serves: then CPU per append shows what a replica adds, not how two
 cores shared by more processes slow them all. Several rates: each replica count at
 each (one replica at a quarter of the rate carries what each of four carries).
+``--per-replica``: R appends/s for each replica (N replicas are offered N × R): the
+load grows with the replicas, as when replicas are added for it.
 
 A private server (``tests/support/postgres_private.py``) so its CPU and
 ``pg_stat_database.xact_commit`` count this benchmark alone; ``flowmem serve
@@ -80,9 +82,10 @@ def run(args: argparse.Namespace) -> list[str]:
     dsn = f"postgresql://postgres@127.0.0.1:{server.port}/postgres"
     rows: list[str] = []
     try:
-        for mode, replicas, rate in ((m, int(n), float(r)) for m in args.modes.split(",")
-                                 for n in args.replicas.split(",")
-                                 for r in args.rate.split(",")):
+        for mode, replicas, rate in ((m, int(n), float(r) * (int(n) if args.per_replica else 1))
+                                     for m in args.modes.split(",")
+                                     for n in args.replicas.split(",")
+                                     for r in args.rate.split(",")):
             schema = f"scale_{mode}_{replicas}_{int(rate)}"
             secret = token(f"{dsn}?schema={schema}", "bench")  # creates the schema directly
             with _store(mode, server, schema, replicas) as url, \
@@ -115,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rate", default="0",
                         help="offer about this many appends/s in all (0: as many as served)")
+    parser.add_argument("--per-replica", action="store_true",
+                        help="--rate is for each replica")
     rows = run(parser.parse_args(argv))
     print("| mode | serve replicas | offered/s | clients | appends | appends/s | p99 ms | "
           "serve CPU ms/append | PostgreSQL CPU ms/append | transactions/append | load |")
