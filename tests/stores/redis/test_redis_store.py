@@ -261,7 +261,7 @@ def test_write_between_plan_and_script_is_a_key_conflict_and_the_value_stays(
 
 # -- MEM-12 lock --------------------------------------------------------------------------
 def test_mem12_lock_released_after_every_append_and_lease_expires(prefix: str) -> None:
-    store = open_store(url_with(prefix, lock_ttl=0.3))
+    store = open_store(url_with(prefix, lock_ttl=1.0))
     assert isinstance(store, RedisStore)
     key = fresh()
     names = key_names(store.prefix.encode(), key)
@@ -269,11 +269,13 @@ def test_mem12_lock_released_after_every_append_and_lease_expires(prefix: str) -
     try:
         add(store, key, user("a"))
         assert client.exists(names.lock) == 0
-        assert client.set(names.lock, "crashed-holder", nx=True, px=300)  # never released
+        assert client.set(names.lock, "crashed-holder", nx=True, px=30_000)  # never released
         outcome = store.append(key, msgs(user("b")), max_messages=None, lock_timeout=0.05)
         assert (outcome.serialized, outcome.appended) == (False, 1)
         assert client.get(names.lock) == b"crashed-holder"  # a fallback never steals it
-        time.sleep(0.35)
+        client.pexpire(names.lock, 50)  # the crashed holder's lease runs out
+        while client.exists(names.lock):
+            time.sleep(0.01)
         outcome = store.append(key, msgs(user("c")), max_messages=None, lock_timeout=0.05)
         assert (outcome.serialized, outcome.appended) == (True, 1)
         with store.lock(key, 1.0) as held, store.lock(key, 0.05) as second:
