@@ -29,7 +29,7 @@ from ...errors import KeyConflict, StoreError
 from ...messages import Message
 from ...plan import BufferView, mentioned_ids
 from ...scopes import IDENTITY_SCOPES, StorageKey, conversation_key
-from ...store import DeleteOutcome, HistoryPage, Idempotency
+from ...store import Idempotency
 from .._codec import decode, decode_all, encode
 from .._modify import DELETE, KEEP, Change
 from ..sql._apply import PendingInRow
@@ -98,6 +98,7 @@ class PostgresConversations(SQLConversations):
     """The shared programs, each conversation named by its key (see the module notes)."""
 
     buffer_row = _BUFFER_ROW
+    count_or_value = _COUNT_OR_VALUE
     named = _NAMED
     value_id = "id"
     skip_locked = " FOR UPDATE SKIP LOCKED"  # a sweep never waits for an append's row
@@ -105,6 +106,10 @@ class PostgresConversations(SQLConversations):
     # -- expiry (flowmem.stores.sql._expiry): rows named by their conversation key ----------
     def named_params(self, key: StorageKey) -> tuple[Any, ...]:
         return _named(key)
+
+    def key_named(self, key: StorageKey) -> tuple[tuple[Any, ...], str, tuple[Any, ...]]:
+        named = _named(key)
+        return named, "?", (named[0],)
 
     def idempotency_of(self, key: StorageKey) -> Statement:
         return "buffer_id = ?", (key_of(key),)
@@ -162,39 +167,6 @@ class PostgresConversations(SQLConversations):
             raise _collision(key, "value")
         return True, wanted
 
-    def delete(self, key: StorageKey,
-               idempotency: Idempotency | None = None) -> Program[DeleteOutcome]:
-        """Whether the key held anything; a repeat under ``idempotency`` replays the first
-        answer, decided by the claim in this same transaction."""
-        if idempotency is not None:
-            first = yield from self.claim(idempotency, key)
-            if first is not None:
-                return DeleteOutcome(bool(first["found"]), replayed=True)
-        found = bool((yield (_DELETE, _named(key))))
-        buffer_id = yield from self.buffer_id(key, lock=True)
-        if buffer_id is not None:
-            yield from self.drop_buffer(buffer_id)
-            found = True
-        if idempotency is not None:
-            yield from self.record(idempotency, {"found": found}, key)
-        return DeleteOutcome(found)
-
-    def history(self, key: StorageKey, last: int | None,
-                before: int | None) -> Program[HistoryPage]:
-        named = _named(key)
-        statements = [(_COUNT_OR_VALUE, (*named, *named)),
-                      self.page_statement("?", (named[0],), last, before)]
-        if before is not None:
-            statements.append(("SELECT count(*) FROM messages WHERE buffer_id = ? AND pos < ?",
-                               (named[0], before)))
-        head, rows, *older = yield Batch(tuple(statements), final=True)
-        count, value = head[0]
-        if count is None:
-            if value:
-                raise KeyConflict(f"key {key.key!r} holds a plain value, not a conversation")
-            return HistoryPage(total=0)
-        return self.as_page(rows, last, int(older[0][0][0]) if older else int(count))
-
     # -- idempotency keys: recorded with the conversation their operation changes ----------
     @staticmethod
     def claim_statements(idempotency: Idempotency,
@@ -243,8 +215,8 @@ class PostgresConversations(SQLConversations):
     def value_exists(self, key: StorageKey) -> Program[bool]:
         return bool((yield (_HAS_VALUE, _named(key))))
 
-    def drop_value(self, key: StorageKey) -> Program[None]:
-        yield (_DELETE, _named(key))
+    def drop_value(self, key: StorageKey) -> Program[bool]:
+        return bool((yield (_DELETE, _named(key))))
 
     # -- buffers ---------------------------------------------------------------------------
     def buffer_id(self, key: StorageKey, *, lock: bool = False) -> Program[int | None]:

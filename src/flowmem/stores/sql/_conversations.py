@@ -175,8 +175,7 @@ class SQLConversations(IdempotencyRecords, Reads, SQLExpiry, SQLErasure):
             first = yield from self.claim(idempotency, key)
             if first is not None:
                 return DeleteOutcome(bool(first["found"]), replayed=True)
-        found = bool((yield ("DELETE FROM kv WHERE scope = ? AND scope_id = ? AND key = ? "
-                             "RETURNING 1", (key.scope, key.scope_id, key.key))))
+        found = yield from self.drop_value(key)
         buffer_id = yield from self.buffer_id(key, lock=True)
         if buffer_id is not None:
             yield from self.drop_buffer(buffer_id)

@@ -126,6 +126,7 @@ class SQLErasure:
         return bool((yield ("SELECT 1 FROM kv WHERE scope = ? AND scope_id = ? AND key = ?",
                             (key.scope, key.scope_id, key.key))))
 
-    def drop_value(self, key: StorageKey) -> Program[None]:
-        yield ("DELETE FROM kv WHERE scope = ? AND scope_id = ? AND key = ?",
-               (key.scope, key.scope_id, key.key))
+    def drop_value(self, key: StorageKey) -> Program[bool]:
+        """Delete ``key``'s value row; whether there was one."""
+        return bool((yield ("DELETE FROM kv WHERE scope = ? AND scope_id = ? AND key = ? "
+                            "RETURNING 1", (key.scope, key.scope_id, key.key))))

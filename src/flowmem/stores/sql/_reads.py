@@ -37,17 +37,23 @@ class Reads:
     """A key's buffer's count (``NULL``: no buffer) and whether the key holds a value, as
     one row (parameters: the key, twice)."""
 
+    def key_named(self, key: StorageKey) -> tuple[tuple[Any, ...], str, tuple[Any, ...]]:
+        """``key``'s parameters for :attr:`count_or_value`, and the SQL naming its buffer's
+        id with that SQL's parameters (a backend that keys rows its own way says so here)."""
+        where = (key.scope, key.scope_id, key.key)
+        return where, BUFFER_BY_KEY, where
+
     def history(self, key: StorageKey, last: int | None,
                 before: int | None) -> Program[HistoryPage]:
         """One batch (on PostgreSQL one round trip, with ``BEGIN`` and ``COMMIT``): the
         buffer's count and whether the key holds a value (one row), the page, and under a
         cursor the count older than it (an index range count, no row is read)."""
-        where = (key.scope, key.scope_id, key.key)
-        statements = [(self.count_or_value, (*where, *where)),
-                      self.page_statement(BUFFER_BY_KEY, where, last, before)]
+        named, buffer, of_buffer = self.key_named(key)
+        statements = [(self.count_or_value, (*named, *named)),
+                      self.page_statement(buffer, of_buffer, last, before)]
         if before is not None:
-            statements.append((f"SELECT count(*) FROM messages WHERE buffer_id = {BUFFER_BY_KEY} "
-                               "AND pos < ?", (*where, before)))
+            statements.append((f"SELECT count(*) FROM messages WHERE buffer_id = {buffer} "
+                               "AND pos < ?", (*of_buffer, before)))
         head, rows, *older = yield Batch(tuple(statements), final=True)
         count, value = head[0]
         if count is None:
