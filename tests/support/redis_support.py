@@ -6,9 +6,6 @@ The writers and the audit of the contention tests are every backend's:
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import uuid
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,6 +13,7 @@ from urllib.parse import urlsplit
 from backends import REDIS_URL
 from flowmem.messages import Message, canonical_messages
 from round_trip_proxy import CountingProxy as RoundTripProxy
+from tcp_proxy import Proxy, through
 
 
 def session_prefix() -> str:
@@ -48,58 +46,17 @@ def drop_prefix(prefix: str, base: str = REDIS_URL) -> int:
     return removed
 
 
-class CuttableProxy:
-    """A TCP proxy in front of Redis that a test can cut (every connection, and the port)."""
+class CuttableProxy(Proxy):
+    """A TCP proxy in front of Redis (``base``'s host, port and database) that a test can
+    cut: :meth:`cut` drops every connection and the port (reconnects are refused)."""
 
     def __init__(self, base: str = REDIS_URL) -> None:
         parts = urlsplit(base)
-        self.target = (parts.hostname or "127.0.0.1", parts.port or 6379)
-        self.db = parts.path or "/0"
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.sockets: list[socket.socket] = []
-        self.cut_done = threading.Event()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}{self.db}"
-
-    def _accept(self) -> None:
-        while not self.cut_done.is_set():
-            try:
-                client, _ = self.server.accept()
-            except OSError:
-                return
-            if self.cut_done.is_set():
-                client.close()
-                return
-            upstream = socket.create_connection(self.target)
-            self.sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                with contextlib.suppress(OSError):
-                    s.shutdown(socket.SHUT_RDWR)
+        super().__init__(parts.hostname or "127.0.0.1", parts.port or 6379)
+        self.url = through(self, base)
 
     def cut(self) -> None:
-        """Drop every proxied connection and stop listening (reconnects are refused)."""
-        self.cut_done.set()
-        with contextlib.suppress(OSError):
-            self.server.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
-        self.server.close()
-        for s in self.sockets:
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
+        self.close()
 
 
 class CountingProxy(RoundTripProxy):
@@ -112,11 +69,7 @@ class CountingProxy(RoundTripProxy):
     def __init__(self, base: str = REDIS_URL) -> None:
         parts = urlsplit(base)
         super().__init__(parts.hostname or "127.0.0.1", parts.port or 6379)
-        self.db = parts.path or "/0"
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}{self.db}"
+        self.url = through(self, base)
 
 
 # -- messages the Redis tests append ------------------------------------------------
