@@ -17,6 +17,7 @@ from ..access import Action, Principal, SessionRecord, authorize
 from ..ids import usable_id
 from ..messages import canonical_message
 from ..service._sessions import TRANSCRIPT_KEY, clear_memory, session_context
+from ._budget_fields import CounterQuery, KeepSystemQuery, MaxTokensQuery
 from ._budgets import budget_answer, check_budget_knobs
 from ._deps import (
     Identified,
@@ -30,8 +31,8 @@ from ._deps import (
     session_for,
 )
 from ._idempotency import IdempotencyHeader, mark_replayed, memory_key
-from ._limits import Limits, check_messages
-from ._models import COUNTER_NAMES, EditBody, EmptyBody, GrantBody, SessionCreate, TurnBody
+from ._limits import check_messages
+from ._models import EditBody, EmptyBody, GrantBody, SessionCreate, TurnBody
 from ._prefer import PreferHeader, mark_minimal, wants_minimal
 from ._response_models import MessagePage, Ok, Page, PositionedMessage, SessionOut, TurnOut
 from ._responses import ApiError, AsciiJSONResponse, clamp_page, ok, paged
@@ -49,16 +50,6 @@ Offset = Annotated[int | None, Query(description="Rows to skip, floored at 0 (AP
 Role = Annotated[Literal["owner", "viewer"], Query(description="Sessions I own or may view.")]
 Dialect = Annotated[Literal["canonical", "openai", "responses", "anthropic"], Query(
     description="Also render the page as this provider takes it (`rendered`; docs/formats.md).")]
-MaxTokens = Annotated[int | None, Query(
-    ge=0, le=Limits().max_budget_tokens,
-    description="A token budget: the newest whole turns whose count, in `format`, is within "
-                "it (sendable); not with limit/offset/before; answers `tokens` and `omitted` "
-                "and no `before` (docs/context.md).")]
-Counter = Annotated[COUNTER_NAMES | None, Query(
-    description="How a budgeted read counts: `approximate` (default) or a tiktoken encoding "
-                "the service has cached.")]
-KeepSystem = Annotated[bool | None, Query(
-    description="A budgeted read keeps and counts the leading system messages (default true).")]
 Optional = Annotated[EmptyBody | None, Body(description="Optional; absent reads as `{}`.")]
 
 
@@ -173,9 +164,9 @@ async def reset_session(session_id: str, principal: Identified, server: Server,
                     "turns within max_tokens (viewers too)")
 async def list_messages(session_id: str, principal: Identified, server: Server,
                         limit: Limit = None, offset: Offset = None, before: Cursor = None,
-                        format: Dialect = "canonical", max_tokens: MaxTokens = None,
-                        counter: Counter = None,
-                        keep_system: KeepSystem = None) -> AsciiJSONResponse:
+                        format: Dialect = "canonical", max_tokens: MaxTokensQuery = None,
+                        counter: CounterQuery = None,
+                        keep_system: KeepSystemQuery = None) -> AsciiJSONResponse:
     check_budget_knobs(server, "query", max_tokens,
                        {"limit": limit, "offset": offset, "before": before},
                        {"counter": counter, "keep_system": keep_system})
