@@ -169,7 +169,7 @@ class MemoryCore:
         # Cluster keep the record beside the conversation, on its shard or slot).
         scoped = idempotency_prefix(where) + idempotency_key
         return Idempotency(scoped, _fingerprint(operation, where, payload),
-                           self.idempotency_ttl, time.time())
+                           self.idempotency_ttl, self.clock())
 
     # -- retention (the decisions: flowmem.retention) ----------------------------
     def _dated(self, call: StoreCall) -> None:
