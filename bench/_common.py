@@ -1,8 +1,8 @@
-"""What several bench scripts share: /proc readings, interleaved rounds, Redis clean-up.
+"""What several bench scripts share: /proc readings, interleaved rounds, markdown tables,
+URLs and Redis clean-up.
 
-A script cited as ``python bench/NAME.py`` starts with the repository root in
-place of ``bench/`` on ``sys.path`` (``bench/http.py`` would shadow the standard
-library's ``http``), so that ``bench._common`` imports either way.
+Every script runs as a module from the repository root, ``python -m bench.NAME``
+(as a file, ``bench/http.py`` would shadow the standard library's ``http``).
 """
 
 from __future__ import annotations
@@ -52,6 +52,20 @@ def interleaved(rounds: int, runs: dict[K, Callable[[], T]]) -> dict[K, list[T]]
         for name, run in runs.items():
             results[name].append(run())
     return results
+
+
+def table(header: list[str], rows: list[list[str]], align: str = "") -> str:
+    """A markdown table; ``align`` a letter a column, ``l`` or ``r`` (default: the first
+    column left, the others right)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def with_query(url: str, query: str) -> str:
+    """``url`` with ``query`` (``name=value&...``) added to its query string."""
+    return f"{url}{'&' if '?' in url else '?'}{query}"
 
 
 def drop_redis_prefix(url: str, prefix: str) -> None:

@@ -12,6 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ._common import table
+
 AT = 10_000  # the length README.md shows
 README_ROWS = {  # contender -> its README label, in table order
     "flowmem-memory": "flowmem `memory://`",
@@ -47,13 +49,6 @@ def _us(value: float | None) -> str:
 
 def _ratio(value: float | None) -> str:
     return "—" if value is None else f"×{_sig(value)}"
-
-
-def _table(header: list[str], rows: list[list[str]], align: str = "") -> str:
-    align = align or "l" + "r" * (len(header) - 1)
-    lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
-    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
 
 
 class Run:
@@ -130,8 +125,8 @@ def readme_table(data: dict[str, Any]) -> str:
                      _sendable(result) if result else "—"])
     m = data["machine"]
     servers = "; ".join(f"{k} {v}" for k, v in m.get("servers", {}).items())
-    return (_table(["contender", "µs per appended message", "÷ flowmem `sqlite://`",
-                    "history sendable (duplicates / dangling / orphans)"], rows, "lrrl")
+    return (table(["contender", "µs per appended message", "÷ flowmem `sqlite://`",
+                   "history sendable (duplicates / dangling / orphans)"], rows, "lrrl")
             + f"\n\nMeasured {m['date']} on {m['cores']} cores ({m['cpu']}, {m['ram_gib']} GiB), "
             f"Python {m['python']}, SQLite {m['sqlite']}; {servers}"
             + (" (a `--quick` smoke run)" if data.get("quick") else "") + ".")
@@ -155,8 +150,8 @@ def _append_tables(run: Run) -> str:
         growth = _ratio(points[-1] / points[0]) if len(points) > 1 else "—"
         rows.append([info["label"], info["durability"],
                      *[run.cell(name, x) for x in lengths], growth])
-    absolute = _table(["contender", "journal, synchronous", *[f"{x:,}" for x in lengths],
-                       "longest ÷ shortest"], rows, "ll" + "r" * (len(lengths) + 1))
+    absolute = table(["contender", "journal, synchronous", *[f"{x:,}" for x in lengths],
+                      "longest ÷ shortest"], rows, "ll" + "r" * (len(lengths) + 1))
     rows = []
     for name, info in run.contenders.items():
         against = info["floor"] if info["kind"] == "flowmem" else info["reference"]
@@ -168,8 +163,8 @@ def _append_tables(run: Run) -> str:
             cells.append(SEE if run.shown(name, x) and run.readme_ratio(name)[0] else
                          _ratio(mine / theirs) if mine and theirs else "—")
         rows.append([info["label"], run.label(against), *cells])
-    ratios = _table(["contender", "÷", *[f"{x:,}" for x in lengths]], rows,
-                    "ll" + "r" * len(lengths))
+    ratios = table(["contender", "÷", *[f"{x:,}" for x in lengths]], rows,
+                   "ll" + "r" * len(lengths))
     return (f"{absolute}\n\nThe same isolated runs divided: a peer by the flowmem store "
             f"it is compared with, a flowmem store by its floor at the same durability.\n\n"
             f"{ratios}")
@@ -190,7 +185,7 @@ def _paired_table(run: Run) -> str:
         rows.append([what, *(_us(pair["us_per_msg"][s]) for s in pair["paired"]),
                      SEE if id(pair) in used else f"**{pair['ratio_median']:.2f}**",
                      f"{ratios[q]:.2f}–{ratios[-1 - q]:.2f} ({pair['windows']} pairs)"])
-    return _table(["A ÷ B", "A", "B", "ratio (median)", "middle half of the pairs"], rows)
+    return table(["A ÷ B", "A", "B", "ratio (median)", "middle half of the pairs"], rows)
 
 
 def _reads_and_memory(run: Run) -> tuple[str, str]:
@@ -198,8 +193,8 @@ def _reads_and_memory(run: Run) -> tuple[str, str]:
     rows = [[run.label(n), *[run.cell(n, x, lambda r: _us(r["read_all_ms"] * 1000)) for x in long],
              *[run.cell(n, x, lambda r: _us(r["read_last50_us"])) for x in long]]
             for n in run.measured()]
-    reads = _table(["contender", *[f"full read @ {x:,}" for x in long],
-                    *[f"last 50 @ {x:,}" for x in long]], rows)
+    reads = table(["contender", *[f"full read @ {x:,}" for x in long],
+                   *[f"last 50 @ {x:,}" for x in long]], rows)
 
     def disk(result: dict[str, Any]) -> str:
         size = result.get("disk_bytes")
@@ -210,8 +205,8 @@ def _reads_and_memory(run: Run) -> tuple[str, str]:
 
     rows = [[run.label(n), *[run.cell(n, x, f) for x in long for f in (rss, disk)]]
             for n in run.measured()]
-    memory = _table(["contender", *[f"{what} @ {x:,}" for x in long
-                                    for what in ("own RSS", "disk")]], rows)
+    memory = table(["contender", *[f"{what} @ {x:,}" for x in long
+                                   for what in ("own RSS", "disk")]], rows)
     return reads, memory
 
 
@@ -244,7 +239,7 @@ def render(data: dict[str, Any], out: Path) -> None:
     run = Run(data)
     m = data["machine"]
     reads, memory = _reads_and_memory(run)
-    machine = _table(["", ""], [
+    machine = table(["", ""], [
         ["date", m["date"]], ["cores", f"{m['cores']} ({m['cpu']}), {m['ram_gib']} GiB"],
         ["Python, SQLite", f"{m['python']}, {m['sqlite']} (default synchronous: "
          f"{m['sqlite_defaults']})"], ["platform", m["platform"]],
@@ -252,9 +247,9 @@ def render(data: dict[str, Any], out: Path) -> None:
         ["packages", ", ".join(f"{k} {v}" for k, v in m["packages"].items())],
         ["whole run", f"{data['elapsed_s'] / 60:.1f} min"
          + (" (`--quick`: fewer lengths and windows)" if data.get("quick") else "")]], "ll")
-    sendability = _table(["contender", *[f"{x:,}" for x in run.lengths]],
-                         [[run.label(n), *[run.cell(n, x, _sendable, True) for x in run.lengths]]
-                          for n in run.measured()])
+    sendability = table(["contender", *[f"{x:,}" for x in run.lengths]],
+                        [[run.label(n), *[run.cell(n, x, _sendable, True) for x in run.lengths]]
+                         for n in run.measured()])
     text = f"""# Benchmarks: flowmem next to what users would otherwise pick
 
 Generated by `python -m bench.compare` from `benchmarks.json`; do not edit by hand.

@@ -7,7 +7,7 @@ place their declarations are kept until an answer carries them,
 checks). Kept on the buffer's row in ``buffers`` and rewritten by every
 append, it would cost one more statement and, because ``buffers`` is its own
 b-tree, one more page written per commit (3.65 pages against 2.72,
-`bench/sqlite_pages.py`).
+`python -m bench.sqlite_appends pages`).
 
 The state rides on the newest entry: ``messages`` has four ``head_*``
 columns, and **the buffer's state is the ``head_*`` of its entry with the
