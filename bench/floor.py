@@ -1,6 +1,6 @@
 """The floor: a plain FastAPI append, side by side with ``flowmem serve`` in one run.
 
-``python bench/floor.py [--dsn postgresql://127.0.0.1/test] [--rounds 5] [--clients 32]
+``python -m bench.floor [--dsn postgresql://127.0.0.1/test] [--rounds 5] [--clients 32]
 [--seconds 5]``
 
 The floor takes flowmem's append route and body, looks the bearer token's SHA-256 up
@@ -15,16 +15,11 @@ on this machine); flowmem's over the floor's. Not a test.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-if __package__ in (None, ""):  # run as a file: the repository root, not bench/ (see _common)
-    sys.path[0] = str(Path(__file__).resolve().parents[1])
-
 import argparse
 import hashlib
 import os
 import statistics
+import sys
 import uuid
 
 import psycopg
@@ -85,7 +80,7 @@ def _round(args: argparse.Namespace, name: str) -> tuple[float, float, float]:
             conn.execute("INSERT INTO tokens VALUES (%s, 'bench')",
                          (hashlib.sha256(secret.encode()).hexdigest(),))
         dsn = f"{args.dsn}{sep}options=-csearch_path%3D{schema}&application_name={app}"
-        server = http.serving([sys.executable, __file__, "--serve", dsn])
+        server = http.serving([sys.executable, "-m", "bench.floor", "--serve", dsn])
     else:
         secret = http.token(f"{args.dsn}{sep}schema={schema}", "bench")
         server = http.serve(f"{args.dsn}{sep}schema={schema}&application_name={app}")

@@ -1,6 +1,6 @@
 """HTTP benchmark: appends/s, p50/p99 latency and CPU per append through ``flowmem serve``.
 
-``python bench/http.py [--store URL ...] [--clients 1,8,32] [--seconds 5]
+``python -m bench.http [--store URL ...] [--clients 1,8,32] [--seconds 5]
 [--prefer return=minimal] [--server NAME=PYTHON ...] [--repeat N] [--workers 1,2]``:
 per store (always a fresh SQLite file) and server, N sessions appended to by
 ``wrk`` with N keep-alive connections; the CPU per 1,000 appends of the server
@@ -10,12 +10,6 @@ are not. The method is in docs/http.md ("Benchmark"). Not a test.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-if __package__ in (None, ""):  # run as a file: the repository root, not bench/ (see _common)
-    sys.path[0] = str(Path(__file__).resolve().parents[1])
-
 import argparse
 import json
 import os
@@ -24,10 +18,12 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 

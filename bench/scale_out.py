@@ -1,7 +1,7 @@
 """Scale-out benchmark: N serve replicas on ONE private PostgreSQL, direct and through
 pgbouncer: appends/s, p99, serve and PostgreSQL CPU and transactions per append.
 
-``python bench/scale_out.py [--replicas 1,2,4] [--modes direct,pgbouncer]
+``python -m bench.scale_out [--replicas 1,2,4] [--modes direct,pgbouncer]
 [--clients 32] [--seconds 8] [--rate R[,R2…]] [--per-replica]``
 
 ``--rate``: about R appends/s offered in all (each client waits after a reply), below
@@ -20,15 +20,10 @@ change notices LISTEN on the server itself) in pgbouncer mode; load from
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-if __package__ in (None, ""):  # run as a file: the repository root, not bench/ (see _common)
-    sys.path[0] = str(Path(__file__).resolve().parents[1])
-
 import argparse
 import contextlib
 import os
+import sys
 import time
 from collections.abc import Iterator
 
