@@ -27,7 +27,7 @@ from fastapi import FastAPI, Header, HTTPException
 from pydantic import BaseModel
 
 from bench import http
-from bench._common import cpu_seconds, interleaved
+from bench._common import cpu_seconds, interleaved, with_query
 
 
 class Turn(BaseModel):  # flowmem's body shape: {"messages": [{"role", "content"}]}
@@ -69,7 +69,6 @@ def _round(args: argparse.Namespace, name: str) -> tuple[float, float, float]:
     """One measurement of ``name`` (``floor`` or ``flowmem``): appends/s, serve CPU ms and
     PostgreSQL CPU ms (its backends') per append."""
     schema, secret = f"bench_{name}_{uuid.uuid4().hex[:8]}", f"fm_{uuid.uuid4().hex}"
-    sep = "&" if "?" in args.dsn else "?"
     app = schema  # the application_name of its connections: their backends' CPU is its
     if name == "floor":
         with psycopg.connect(args.dsn, autocommit=True) as conn:
@@ -79,11 +78,11 @@ def _round(args: argparse.Namespace, name: str) -> tuple[float, float, float]:
                          "role text NOT NULL, content text NOT NULL)")
             conn.execute("INSERT INTO tokens VALUES (%s, 'bench')",
                          (hashlib.sha256(secret.encode()).hexdigest(),))
-        dsn = f"{args.dsn}{sep}options=-csearch_path%3D{schema}&application_name={app}"
+        dsn = with_query(args.dsn, f"options=-csearch_path%3D{schema}&application_name={app}")
         server = http.serving([sys.executable, "-m", "bench.floor", "--serve", dsn])
     else:
-        secret = http.token(f"{args.dsn}{sep}schema={schema}", "bench")
-        server = http.serve(f"{args.dsn}{sep}schema={schema}&application_name={app}")
+        secret = http.token(with_query(args.dsn, f"schema={schema}"), "bench")
+        server = http.serve(with_query(args.dsn, f"schema={schema}&application_name={app}"))
     with server as (base, pid):
         sids = (http.sessions(base, secret, args.clients) if name == "flowmem"
                 else [uuid.uuid4().hex for _ in range(args.clients)])  # any id: only the token

@@ -111,7 +111,6 @@ class Trial:
         self.length, self.workdir, self.quick = length, workdir, quick
         self.short = length <= SHORT
         self.windows = 5 if quick else windows
-        self.max_size = max_size
         self.size = min(max_size, max(10, length // 20)) if self.short else max_size
         self.out: dict[str, Any] = {"contender": name, "length": length}
         self.per_message: list[float] = []
