@@ -8,9 +8,11 @@ Every script runs as a module from the repository root, ``python -m bench.NAME``
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 SUPPORT = str(Path(__file__).resolve().parents[1] / "tests" / "support")  # private servers
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -77,3 +79,36 @@ def drop_redis_prefix(url: str, prefix: str) -> None:
             keys = list(client.scan_iter(match=pattern, count=1000))
             for at in range(0, len(keys), 500):
                 client.delete(*keys[at:at + 500])
+
+
+@contextmanager
+def fresh_store(url: str, name: str) -> Iterator[str]:
+    """``url`` with a PostgreSQL schema or a Redis key prefix ``name`` of this run's own (in
+    place of any it named), removed afterwards: a shared server keeps nothing. Any other
+    store's URL as it is."""
+    parts = urlsplit(url)
+    option = {"postgresql": "schema", "postgres": "schema", "redis": "prefix"}.get(parts.scheme)
+    if option is None:
+        yield url
+        return
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != option] + [(option, name)]
+    try:
+        yield parts._replace(query=urlencode(query)).geturl()
+    finally:
+        _drop(parts._replace(query="").geturl(), option, name)
+
+
+def _drop(server: str, option: str, name: str) -> None:
+    """Remove what a run wrote under the schema or prefix ``name`` (nothing to remove from a
+    server it could not reach)."""
+    if option == "prefix":
+        import redis
+
+        with suppress(redis.ConnectionError):
+            drop_redis_prefix(server, name)
+        return
+    import psycopg
+
+    with suppress(psycopg.OperationalError), psycopg.connect(server, autocommit=True,
+                                                             connect_timeout=5) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')

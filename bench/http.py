@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-from bench._common import cpu_seconds
+from bench._common import cpu_seconds, fresh_store
 
 LUA = Path(__file__).resolve().parent / "http_turns.lua"
 ROW = ("{appends} | {rate:,.0f} | {p50_ms:.1f} | {p99_ms:.1f} | {server_cpu:.2f} | "
@@ -140,23 +140,30 @@ def main(argv: list[str] | None = None) -> None:
             for index, (server, python, workers) in enumerate(variants):
                 stores = [("sqlite", f"sqlite:///{Path(tmp) / f'bench-{round_}-{index}.db'}"),
                           *((url.split("://", 1)[0], url) for url in args.store)]
-                for name, url in stores:
-                    try:
-                        secret = token(url, "bench", python)
-                    except RuntimeError as exc:
-                        print(f"skipping {name}: {exc}", file=sys.stderr)
-                        continue
-                    with serve(url, python, workers) as (base, pid):
-                        for clients in (int(x) for x in args.clients.split(",")):
-                            f = measure_wrk(base, secret, sessions(base, secret, clients),
-                                            args.seconds, pid, args.prefer)
-                            rows.append(f"| {name} | {server} | wrk | {clients} | " + ROW.format(
-                                **f, load=os.getloadavg()[0]))
-                            print(rows[-1], file=sys.stderr, flush=True)
+                for name, given in stores:
+                    with fresh_store(given, f"bench_http_{round_}_{index}") as url:
+                        _measure(rows, name, server, url, python, workers, args)
     print("| store | server | generator | clients | appends | appends/s | p50 ms | p99 ms | "
           "server CPU s/1k | client CPU s/1k | load |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     print("\n".join(rows))
+
+
+def _measure(rows: list[str], name: str, server: str, url: str, python: str | None,
+             workers: int, args: argparse.Namespace) -> None:
+    """The rows of one store and server, each client count (none when it is unreachable)."""
+    try:
+        secret = token(url, "bench", python)
+    except RuntimeError as exc:
+        print(f"skipping {name}: {exc}", file=sys.stderr)
+        return
+    with serve(url, python, workers) as (base, pid):
+        for clients in (int(x) for x in args.clients.split(",")):
+            f = measure_wrk(base, secret, sessions(base, secret, clients), args.seconds, pid,
+                            args.prefer)
+            rows.append(f"| {name} | {server} | wrk | {clients} | "
+                        + ROW.format(**f, load=os.getloadavg()[0]))
+            print(rows[-1], file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
