@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 
-from bench._common import SUPPORT, drop_redis_prefix, interleaved, table, with_query
+from bench._common import SUPPORT, drop_redis_prefix, fresh_store, interleaved, table
 from flowmem import ExecutionContext, Memory
 from flowmem.messages import canonical_messages
 from flowmem.scopes import StorageKey
@@ -152,17 +152,15 @@ def _latencies(memory: Memory, appends: int) -> tuple[float, float]:
 
 
 def retention(args: argparse.Namespace) -> None:
-    prefix = _prefix()
-    base = with_query(SHARED, f"prefix={prefix}")
-    memories = {"none": Memory.from_url(base),
-                "idle": Memory.from_url(base, retention={"session": "10m"})}
-    try:
-        figures = interleaved(args.rounds, {name: lambda m=memory: _latencies(m, args.appends)
-                                            for name, memory in memories.items()})
-    finally:
-        for memory in memories.values():
-            memory.close()
-        drop_redis_prefix(SHARED, prefix)
+    with fresh_store(SHARED, _prefix()) as base:  # this run's keys, removed after
+        memories = {"none": Memory.from_url(base),
+                    "idle": Memory.from_url(base, retention={"session": "10m"})}
+        try:
+            figures = interleaved(args.rounds, {name: lambda m=memory: _latencies(
+                m, args.appends) for name, memory in memories.items()})
+        finally:
+            for memory in memories.values():
+                memory.close()
     median = {name: statistics.median(m for m, _ in got) for name, got in figures.items()}
     p99 = {name: statistics.median(p for _, p in got) for name, got in figures.items()}
     print(f"median {median['none'] * 1e6:.0f} -> {median['idle'] * 1e6:.0f} us "

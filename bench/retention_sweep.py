@@ -21,9 +21,10 @@ import time
 import uuid
 from collections.abc import Callable
 
+from bench._common import fresh_store
 from flowmem import AsyncMemory, ExecutionContext, Memory
 
-POSTGRES = "postgresql://127.0.0.1/test?schema=flowmem_bench_sweep"
+POSTGRES = "postgresql://127.0.0.1/test"
 PAST = 1_000_000_000.0  # what the seeding clock says: everything it writes has expired
 LIVE = 50  # live conversations the measured appends go to, in turn
 
@@ -60,9 +61,9 @@ def _p99(samples: list[float]) -> float:
 
 
 def run(backend: str, expired: int, batch: int = 100, baseline: int = 3000) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as directory:
-        sqlite = f"sqlite:///{directory}/sweep.db?synchronous=normal"
-        url = sqlite if backend == "sqlite" else POSTGRES
+    with tempfile.TemporaryDirectory() as directory, fresh_store(
+            f"sqlite:///{directory}/sweep.db?synchronous=normal" if backend == "sqlite"
+            else POSTGRES, "flowmem_bench_sweep") as url:
         asyncio.run(_seed(url, expired))
         memory = Memory.from_url(url, retention={"session": "30d"})
         contexts = [ExecutionContext(session_id=f"live{uuid.uuid4().hex}") for _ in range(LIVE)]
@@ -84,11 +85,6 @@ def run(backend: str, expired: int, batch: int = 100, baseline: int = 3000) -> d
         thread.join()
         memory.close()
         sweeper.close()
-    if backend == "postgresql":
-        import psycopg
-
-        with psycopg.connect(POSTGRES.split("?")[0], autocommit=True) as conn:
-            conn.execute("DROP SCHEMA flowmem_bench_sweep CASCADE")
     return {"swept": counts.get("session", 0), "sweep_s": counts["seconds"],
             "appends_during": len(during), "p99_without_ms": round(_p99(without) * 1e3, 3),
             "p99_during_ms": round(_p99(during) * 1e3, 3),
