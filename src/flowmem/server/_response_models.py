@@ -139,16 +139,10 @@ class AppendOut(_Report, _Where):
     """An append (MEM-14); refused: count 0, an empty buffer."""
 
 
-class HistoryOut(_Where):
+class HistoryOut(MessagePage, _Where):
     """A page of a conversation, oldest first; refused: empty. With ``format``,
     ``rendered`` holds the page in that provider's shape. A budgeted read
     (``max_tokens``) also says ``tokens`` and ``omitted``; its ``before`` is ``null``."""
-
-    messages: list[PositionedMessage]
-    before: int | None
-    rendered: Rendered | None = None
-    tokens: Tokens = None
-    omitted: Omitted = None
 
 
 class WhoAmI(_Out):
